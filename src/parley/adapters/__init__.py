@@ -1,0 +1,1 @@
+"""Implementations of the core ports: stores, buses, runtimes, workspace checks."""

@@ -1,0 +1,1 @@
+"""Live fan-out buses."""

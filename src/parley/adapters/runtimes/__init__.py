@@ -1,0 +1,1 @@
+"""Runtimes: how an agent produces a turn."""

@@ -1,0 +1,1 @@
+"""Stores on SQLAlchemy Core: SQLite (embedded default) and PostgreSQL (scale-out)."""

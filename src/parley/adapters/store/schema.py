@@ -1,0 +1,236 @@
+"""The relational schema, shared by SQLite and PostgreSQL. Migrations live in ``migrations/``."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+TS = DateTime(timezone=True)
+
+principals = Table(
+    "principals",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("role", String(16), nullable=False, server_default="member"),
+    Column("display_name", String(200), nullable=False),
+    Column("workspace", Text),
+    Column("persona", Text, nullable=False, server_default=""),
+    Column("runtime", JSON, nullable=False),
+    Column("work_channel_id", String(64)),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("created", TS, nullable=False),
+    # Per-inbox sequence: incremented under the row lock when mail is delivered to this
+    # principal, so an inbox has one gapless commit order (M6) on both stores.
+    Column("inbox_seq", Integer, nullable=False, server_default="0"),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("principal_id", String(64), nullable=False, index=True),
+    Column("label", String(200), nullable=False, server_default=""),
+    Column("created", TS, nullable=False),
+    Column("revoked_at", TS),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("type", String(80), nullable=False),
+    Column("time", TS, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("subject", String(120), nullable=False),
+    Column("trace_id", String(64)),
+    Column("span_id", String(64)),
+    Column("parent_span_id", String(64)),
+    Column("payload", JSON, nullable=False),
+    Index("ix_events_subject", "subject"),
+    Index("ix_events_type", "type"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("created", TS, nullable=False),
+    Column("ttl_seconds", Integer, nullable=False),
+    Column("expires_at", TS, nullable=False),
+    Column("from_kind", String(16), nullable=False),
+    Column("from_id", String(64), nullable=False),
+    Column("to_kind", String(16), nullable=False),
+    Column("to_id", String(64), nullable=False),
+    Column("recipient_id", String(64), nullable=False),
+    Column("cc", JSON, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("parent_message_id", String(64)),
+    Column("correlation_id", String(200)),
+    Column("related", JSON, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("delivered_at", TS),
+    Column("read_at", TS),
+    Column("consumed_at", TS),
+    Column("closed_at", TS),
+    Column("failure_reason", Text),
+    Column("idempotency_key", String(200)),
+    Column("archive_label", String(200)),
+    Column("copy_of", String(64)),
+    Column("copy_reason", String(16)),
+    Column("seq", Integer, nullable=False),
+    Index("ux_messages_inbox_seq", "recipient_id", "seq", unique=True),
+    Index(
+        "ux_messages_idempotency",
+        "from_id",
+        "idempotency_key",
+        unique=True,
+        sqlite_where=text("idempotency_key IS NOT NULL AND copy_of IS NULL"),
+        postgresql_where=text("idempotency_key IS NOT NULL AND copy_of IS NULL"),
+    ),
+    Index("ix_messages_status_expiry", "status", "expires_at"),
+    Index("ix_messages_sender", "from_id", "to_kind", "created"),
+    Index("ix_messages_correlation", "correlation_id"),
+    Index("ix_messages_parent", "parent_message_id"),
+    Index("ix_messages_copy_of", "copy_of"),
+)
+
+channels = Table(
+    "channels",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("private", Boolean, nullable=False, server_default=text("false")),
+    Column("created_by", String(64), nullable=False),
+    Column("created", TS, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("discussion_rounds", Integer, nullable=False),
+    Column("turn_timeout_s", Float, nullable=False),
+    Column("missed_turn_policy", String(16), nullable=False),
+    Column("owner_agent_id", String(64)),
+    Column("metadata", JSON, nullable=False),
+    # Per-channel sequence and the latest user (trigger) message: both change under the channel
+    # row lock, which is what makes supersede's check-and-append one atomic step (C10).
+    Column("last_seq", Integer, nullable=False, server_default="0"),
+    Column("last_trigger_id", String(64)),
+    Column("last_activity", TS),
+)
+
+channel_members = Table(
+    "channel_members",
+    metadata,
+    Column("channel_id", String(64), primary_key=True),
+    Column("member_id", String(64), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Index("ix_channel_members_member", "member_id"),
+)
+
+channel_messages = Table(
+    "channel_messages",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("channel_id", String(64), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("sender_id", String(64), nullable=False),
+    Column("sender_kind", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("reply_to", String(64)),
+    Column("trigger_id", String(64)),
+    Column("task_id", String(64)),
+    Column("round", Integer),
+    Column("metadata", JSON, nullable=False),
+    Column("created", TS, nullable=False),
+    Index("ux_channel_messages_seq", "channel_id", "seq", unique=True),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("channel_id", String(64), nullable=False),
+    Column("display_name", String(200), nullable=False),
+    Column("runtime_state", JSON, nullable=False),
+    Column("model_override", String(64)),
+    Column("created", TS, nullable=False),
+    Index("ux_sessions_agent_channel", "agent_id", "channel_id", unique=True),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("channel_id", String(64), nullable=False, index=True),
+    Column("trigger_id", String(64), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("end_reason", String(16)),
+    Column("members", JSON, nullable=False),
+    Column("rounds", Integer, nullable=False),
+    Column("current_round", Integer, nullable=False, server_default="0"),
+    Column("calls", Integer, nullable=False, server_default="0"),
+    Column("accepted", Integer, nullable=False, server_default="0"),
+    Column("failed_member", String(64)),
+    Column("error", Text),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("owner", String(64)),
+    Column("lease_until", TS),
+    Column("created", TS, nullable=False),
+    Column("finished", TS),
+    Index("ix_tasks_status", "status"),
+)
+
+invocations = Table(
+    "invocations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("task_id", String(64), index=True),
+    Column("channel_id", String(64), nullable=False),
+    Column("trigger_id", String(64)),
+    Column("round", Integer),
+    Column("agent_id", String(64), nullable=False),
+    Column("prompt_first_id", String(64)),
+    Column("prompt_last_id", String(64)),
+    Column("prompt_chars", Integer, nullable=False),
+    Column("model_route", String(300), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("reason", String(64)),
+    Column("message_id", String(64)),
+    Column("timings", JSON, nullable=False),
+    Column("created", TS, nullable=False),
+)
+
+pending_turns = Table(
+    "pending_turns",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("channel_id", String(64), nullable=False),
+    Column("task_id", String(64)),
+    Column("round", Integer),
+    Column("prompt", JSON, nullable=False),
+    Column("deadline", TS, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("answer", Text),
+    Column("created", TS, nullable=False),
+    Index("ix_pending_turns_agent_status", "agent_id", "status"),
+)

@@ -1,0 +1,493 @@
+"""The SQL store shared by SQLite and PostgreSQL (SQLAlchemy 2 Core, async).
+
+Writes go through a small group-commit writer: callers hand it a job (an async function of a
+transaction); the writer runs as many queued jobs as are waiting in one database transaction and
+commits once. If any job in a batch raises, the batch is rolled back and every job is run again
+alone, so one refused request never takes its neighbours down and never leaves half its writes
+behind. Side effects (bus publishes) are registered with ``tx.after_commit`` and run only once
+the data they announce is durable: persist before publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from parley.adapters.store import schema as s
+from parley.core.channels import (
+    Channel,
+    ChannelMessage,
+    Invocation,
+    LogicalSession,
+    PendingTurn,
+    Task,
+)
+from parley.core.errors import ParleyError, StorageError
+from parley.core.events import Event
+from parley.core.identity import Principal
+from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
+
+T = TypeVar("T")
+Job = Callable[["SqlTx"], Awaitable[T]]
+
+# Tables whose rows map one-to-one onto a core model: generic insert/get/update serve them.
+_RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
+    "principals": (s.principals, Principal),
+    "events": (s.events, Event),
+    "messages": (s.messages, Message),
+    "channels": (s.channels, Channel),
+    "channel_messages": (s.channel_messages, ChannelMessage),
+    "sessions": (s.sessions, LogicalSession),
+    "tasks": (s.tasks, Task),
+    "invocations": (s.invocations, Invocation),
+    "pending_turns": (s.pending_turns, PendingTurn),
+}
+_TS_COLUMNS = {
+    name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
+    for name, (table, _) in _RECORDS.items()
+}
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _row_to(name: str, row: Any) -> Any:
+    _table, model = _RECORDS[name]
+    data = dict(row._mapping)
+    for col in _TS_COLUMNS[name]:
+        if col in data:
+            data[col] = _utc(data[col])
+    if name == "channels":
+        data.setdefault("members", [])
+    return model.model_validate(data)
+
+
+def _to_row(name: str, record: BaseModel) -> dict[str, Any]:
+    table, _ = _RECORDS[name]
+    data = record.model_dump()
+    cols = table.columns
+    row = {k: v for k, v in data.items() if k in cols}
+    if name == "messages":
+        msg: Message = record  # type: ignore[assignment]
+        row["expires_at"] = msg.expires_at
+    return row
+
+
+class SqlTx:
+    """One database transaction with parley's queries. Inserts are buffered and flushed with
+    ``executemany`` before any read and at commit: most jobs only append."""
+
+    def __init__(self, conn: AsyncConnection, store: SqlStore) -> None:
+        self.conn = conn
+        self.store = store
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._after: list[Callable[[], Awaitable[None] | None]] = []
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+        """Run ``callback`` once this transaction has committed (never if it rolls back)."""
+        self._after.append(callback)
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for name, rows in pending.items():
+            table, _ = _RECORDS[name]
+            await self.conn.execute(table.insert(), rows)
+
+    async def _exec(self, stmt: Any) -> Any:
+        if self._pending:
+            await self.flush()
+        return await self.conn.execute(stmt)
+
+    # -- generic records --------------------------------------------------------------------
+    def insert(self, name: str, record: BaseModel) -> None:
+        """Buffer an insert of a core record into its table."""
+        self._pending.setdefault(name, []).append(_to_row(name, record))
+
+    async def get(self, name: str, key: str, *, for_update: bool = False) -> Any:
+        table, _ = _RECORDS[name]
+        stmt = select(table).where(table.c.id == key)
+        if for_update:
+            stmt = self.store.lock_row(stmt)
+        row = (await self._exec(stmt)).first()
+        return None if row is None else _row_to(name, row)
+
+    async def update(self, name: str, key: str, **values: Any) -> int:
+        table, _ = _RECORDS[name]
+        result = await self._exec(update(table).where(table.c.id == key).values(**values))
+        return int(result.rowcount)
+
+    async def select(
+        self,
+        name: str,
+        *where: Any,
+        order_by: Sequence[Any] = (),
+        limit: int | None = None,
+    ) -> list[Any]:
+        table, _ = _RECORDS[name]
+        stmt = select(table).where(*where)
+        if order_by:
+            stmt = stmt.order_by(*order_by)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        return [_row_to(name, row) for row in (await self._exec(stmt)).all()]
+
+    def table(self, name: str) -> Any:
+        return _RECORDS[name][0]
+
+    # -- identity ---------------------------------------------------------------------------
+    async def insert_token(
+        self, token_hash: str, principal_id: str, label: str, at: datetime
+    ) -> None:
+        await self._exec(
+            s.tokens.insert().values(
+                hash=token_hash, principal_id=principal_id, label=label, created=at
+            )
+        )
+
+    async def principal_by_token(self, token_hash: str) -> Principal | None:
+        stmt = (
+            select(s.principals)
+            .join(s.tokens, s.tokens.c.principal_id == s.principals.c.id)
+            .where(s.tokens.c.hash == token_hash, s.tokens.c.revoked_at.is_(None))
+        )
+        row = (await self._exec(stmt)).first()
+        return None if row is None else _row_to("principals", row)
+
+    async def revoke_tokens(self, principal_id: str, at: datetime) -> int:
+        result = await self._exec(
+            update(s.tokens)
+            .where(s.tokens.c.principal_id == principal_id, s.tokens.c.revoked_at.is_(None))
+            .values(revoked_at=at)
+        )
+        return int(result.rowcount)
+
+    # -- mail -------------------------------------------------------------------------------
+    async def next_inbox_seq(self, recipient_id: str) -> int:
+        """The next position in a recipient's inbox, taken under that recipient's row lock."""
+        return await self.store.next_inbox_seq(self, recipient_id)
+
+    async def message_by_idempotency(self, from_id: str, key: str) -> Message | None:
+        rows = await self.select(
+            "messages",
+            s.messages.c.from_id == from_id,
+            s.messages.c.idempotency_key == key,
+            s.messages.c.copy_of.is_(None),
+        )
+        return rows[0] if rows else None
+
+    async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]:
+        m = s.messages.c
+        where: list[Any] = [m.recipient_id == recipient_id]
+        if flt.status:
+            where.append(m.status.in_(flt.status))
+        elif not flt.include_archived:
+            where.append(m.status.in_((*OPEN_STATUSES, "expired", "failed")))
+        if flt.unread:
+            where.append(m.status.in_(("pending", "delivered")))
+        if flt.kind:
+            where.append(m.kind == flt.kind)
+        if flt.from_id:
+            where.append(m.from_id == flt.from_id)
+        if flt.after_seq is not None:
+            where.append(m.seq > flt.after_seq)
+        if flt.since:
+            where.append(m.created >= datetime.fromisoformat(flt.since.replace("Z", "+00:00")))
+        rows: list[Message] = await self.select(
+            "messages", *where, order_by=[m.seq], limit=None if flt.label else flt.limit
+        )
+        if flt.label:
+            rows = [r for r in rows if flt.label in r.labels or r.archive_label == flt.label]
+            rows = rows[: flt.limit]
+        return rows
+
+    async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int:
+        if not ids:
+            return 0
+        m = s.messages.c
+        result = await self._exec(
+            update(s.messages)
+            .where(m.id.in_(list(ids)), m.status == "pending")
+            .values(status="delivered", delivered_at=at)
+        )
+        return int(result.rowcount)
+
+    async def last_broadcast_at(self, sender_id: str) -> datetime | None:
+        m = s.messages.c
+        stmt = select(func.max(m.created)).where(
+            m.from_id == sender_id, m.to_kind == "broadcast", m.copy_of.is_(None)
+        )
+        return _utc((await self._exec(stmt)).scalar())  # type: ignore[no-any-return]
+
+    async def expire_due(self, now: datetime) -> list[Message]:
+        m = s.messages.c
+        due = await self.select(
+            "messages", m.status.in_(OPEN_STATUSES), m.expires_at <= now, order_by=[m.expires_at]
+        )
+        if due:
+            await self._exec(
+                update(s.messages)
+                .where(m.id.in_([d.id for d in due]), m.status.in_(OPEN_STATUSES))
+                .values(status="expired", failure_reason="ttl_expired")
+            )
+        return due
+
+    async def thread_messages(self, ids: set[str], correlation: set[str]) -> list[Message]:
+        m = s.messages.c
+        conds = [m.id.in_(ids), m.parent_message_id.in_(ids), m.copy_of.in_(ids)]
+        if correlation:
+            conds.append(m.correlation_id.in_(correlation))
+        return await self.select("messages", or_(*conds), order_by=[m.created, m.id])
+
+    async def summary(self, recipient_id: str, now: datetime) -> MailSummary:
+        m = s.messages.c
+        stmt = (
+            select(m.status, m.kind, func.count(), func.min(m.created))
+            .where(m.recipient_id == recipient_id, m.status.in_(OPEN_STATUSES))
+            .group_by(m.status, m.kind)
+        )
+        unread = in_progress = blockers = total = 0
+        oldest: datetime | None = None
+        for status, kind, count, first in (await self._exec(stmt)).all():
+            total += count
+            if status in ("pending", "delivered"):
+                unread += count
+                first = _utc(first)
+                oldest = first if oldest is None or first < oldest else oldest
+            if status == "in_progress":
+                in_progress += count
+            if kind == "blocker":
+                blockers += count
+        return MailSummary(
+            agent_id=recipient_id,
+            unread=unread,
+            in_progress=in_progress,
+            oldest_pending_age_s=None if oldest is None else (now - oldest).total_seconds(),
+            open_blockers=blockers,
+            total_open=total,
+        )
+
+    # -- channels ---------------------------------------------------------------------------
+    async def channel_members(self, channel_id: str) -> list[str]:
+        cm = s.channel_members.c
+        stmt = select(cm.member_id).where(cm.channel_id == channel_id).order_by(cm.position)
+        return [r[0] for r in (await self._exec(stmt)).all()]
+
+    async def get_channel(self, channel_id: str, *, for_update: bool = False) -> Channel | None:
+        channel: Channel | None = await self.get("channels", channel_id, for_update=for_update)
+        if channel is not None:
+            channel.members = await self.channel_members(channel_id)
+        return channel
+
+    async def set_members(self, channel_id: str, members: Sequence[str]) -> None:
+        cm = s.channel_members
+        await self._exec(cm.delete().where(cm.c.channel_id == channel_id))
+        if members:
+            await self.conn.execute(
+                cm.insert(),
+                [
+                    {"channel_id": channel_id, "member_id": mid, "position": i}
+                    for i, mid in enumerate(members)
+                ],
+            )
+
+    async def channels_of(self, member_id: str | None) -> list[Channel]:
+        c = s.channels.c
+        if member_id is None:
+            rows: list[Channel] = await self.select("channels", order_by=[c.created])
+        else:
+            cm = s.channel_members.c
+            sub = select(cm.channel_id).where(cm.member_id == member_id)
+            rows = await self.select(
+                "channels", or_(c.id.in_(sub), c.created_by == member_id), order_by=[c.created]
+            )
+        for ch in rows:
+            ch.members = await self.channel_members(ch.id)
+        return rows
+
+    async def next_channel_seq(self, channel_id: str, *, trigger_id: str | None = None) -> int:
+        """Take the next message position of a channel (under its row lock); a trigger message
+        also becomes the channel's latest trigger in the same statement."""
+        c = s.channels.c
+        values: dict[str, Any] = {"last_seq": c.last_seq + 1, "last_activity": datetime.now(UTC)}
+        if trigger_id is not None:
+            values["last_trigger_id"] = trigger_id
+        result = await self._exec(
+            update(s.channels).where(c.id == channel_id).values(**values).returning(c.last_seq)
+        )
+        return int(result.scalar_one())
+
+    async def last_trigger_id(self, channel_id: str) -> str | None:
+        c = s.channels.c
+        stmt = self.store.lock_row(select(c.last_trigger_id).where(c.id == channel_id))
+        return (await self._exec(stmt)).scalar()  # type: ignore[no-any-return]
+
+    async def channel_messages(
+        self,
+        channel_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+    ) -> list[ChannelMessage]:
+        cm = s.channel_messages.c
+        where: list[Any] = [cm.channel_id == channel_id]
+        if after_seq is not None:
+            where.append(cm.seq > after_seq)
+        if latest is not None:
+            rows: list[ChannelMessage] = await self.select(
+                "channel_messages", *where, order_by=[cm.seq.desc()], limit=latest
+            )
+            return list(reversed(rows))
+        return await self.select("channel_messages", *where, order_by=[cm.seq], limit=limit)
+
+    async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
+        c = s.sessions.c
+        rows = await self.select(
+            "sessions", and_(c.agent_id == agent_id, c.channel_id == channel_id)
+        )
+        return rows[0] if rows else None
+
+
+class SqlStore:
+    """A parley store on one SQLAlchemy async engine (plus a dedicated writer connection)."""
+
+    dialect = "sql"
+    writer_count = 1
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine: AsyncEngine | None = None
+        self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
+        self._writers: list[asyncio.Task[None]] = []
+        self.max_batch = 256
+
+    # -- dialect hooks ----------------------------------------------------------------------
+    def lock_row(self, stmt: Any) -> Any:
+        return stmt
+
+    async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
+        p = s.principals.c
+        result = await tx._exec(
+            update(s.principals)
+            .where(p.id == recipient_id)
+            .values(inbox_seq=p.inbox_seq + 1)
+            .returning(p.inbox_seq)
+        )
+        return int(result.scalar_one())
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def start_writers(self) -> None:
+        for i in range(self.writer_count):
+            self._writers.append(
+                asyncio.create_task(self._writer_loop(), name=f"parley-writer-{i}")
+            )
+
+    async def close(self) -> None:
+        for task in self._writers:
+            task.cancel()
+        for task in self._writers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._writers.clear()
+        if self.engine is not None:
+            await self.engine.dispose()
+            self.engine = None
+
+    # -- transactions -----------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[SqlTx]:
+        """A read-only transaction on a pooled connection."""
+        assert self.engine is not None, "store is not open"
+        try:
+            async with self.engine.connect() as conn:
+                yield SqlTx(conn, self)
+        except (SQLAlchemyError, DBAPIError) as exc:
+            raise StorageError(f"reading from the store failed: {exc}") from exc
+
+    async def write(self, job: Job[T]) -> T:
+        """Run ``job`` in a write transaction (possibly batched with others) and return its
+        result once committed."""
+        if not self._writers:
+            await self.start_writers()
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        await self._queue.put((job, fut))
+        return await fut
+
+    async def _writer_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while len(batch) < self.max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            live = [(job, fut) for job, fut in batch if not fut.cancelled()]
+            if not live:
+                continue
+            if len(live) == 1 or not await self._run_batch(live):
+                for item in live:
+                    await self._run_batch([item])
+
+    async def _run_batch(self, batch: list[tuple[Job[Any], asyncio.Future[Any]]]) -> bool:
+        """Run jobs in one transaction. Returns False (rolled back, nothing resolved) if a job
+        failed inside a multi-job batch, so the caller can retry each alone."""
+        assert self.engine is not None
+        results: list[Any] = []
+        afters: list[Callable[[], Awaitable[None] | None]] = []
+        try:
+            async with self._write_connection() as conn, conn.begin():
+                # One transaction object for the whole batch, so the buffered inserts of all
+                # its jobs go out as one executemany per table.
+                tx = SqlTx(conn, self)
+                for job, _ in batch:
+                    results.append(await job(tx))
+                await tx.flush()
+                afters = tx._after
+        except Exception as exc:
+            if len(batch) > 1:
+                return False
+            _, fut = batch[0]
+            if not fut.done():
+                fut.set_exception(self._wrap(exc))
+            return True
+        for (_, fut), result in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
+        for callback in afters:
+            try:
+                outcome = callback()
+                if outcome is not None:
+                    await outcome
+            except Exception:  # a failed publish never undoes a commit (C10 publish_failed)
+                import logging
+
+                logging.getLogger("parley.store").exception("after-commit callback failed")
+        return True
+
+    def _wrap(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, ParleyError):
+            return exc
+        if isinstance(exc, (SQLAlchemyError, DBAPIError)):
+            err = StorageError(f"writing to the store failed: {exc.__class__.__name__}: {exc}")
+            err.__cause__ = exc
+            return err
+        return exc
+
+    @contextlib.asynccontextmanager
+    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
+        assert self.engine is not None
+        async with self.engine.connect() as conn:
+            yield conn

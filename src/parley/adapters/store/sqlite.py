@@ -1,0 +1,132 @@
+"""The embedded default store: SQLite in WAL mode through aiosqlite.
+
+Only one hub may use a SQLite data root at a time: two writers sharing one file through separate
+processes is how a peer project corrupted its store, so the second hub is refused at start by an
+exclusive lock on ``<database>.lock``. Write transactions start with ``BEGIN IMMEDIATE`` so that
+a transaction never has to upgrade a read lock to a write lock (the upgrade is where two SQLite
+transactions deadlock into SQLITE_BUSY).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from parley.adapters.store import migrate
+from parley.adapters.store import schema as s
+from parley.adapters.store.sql import SqlStore, SqlTx
+from parley.core.errors import HubAlreadyRunning, StorageError
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # Let SQLAlchemy's begin event decide how transactions start (see _begin_*).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _begin_immediate(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _begin_deferred(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN")
+
+
+def _engine(path: Path, *, writer: bool) -> AsyncEngine:
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{path}",
+        pool_size=1 if writer else 4,
+        max_overflow=0 if writer else 8,
+    )
+    event.listen(engine.sync_engine, "connect", _pragmas)
+    event.listen(engine.sync_engine, "begin", _begin_immediate if writer else _begin_deferred)
+    return engine
+
+
+class SqliteStore(SqlStore):
+    """SQLite store with one writer connection and a small pool of readers."""
+
+    dialect = "sqlite"
+    writer_count = 1
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"sqlite:///{path}")
+        self.path = path
+        self._lock_fd: int | None = None
+        self._write_engine: AsyncEngine | None = None
+        self._inbox_seq: dict[str, int] = {}
+
+    def _acquire_lock(self) -> None:
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise HubAlreadyRunning(
+                f"another parley hub (pid {holder}) is already running on {self.path.parent}; "
+                "stop it first, or give this hub its own data root with --home or PARLEY_HOME. "
+                "Two hubs writing one SQLite file corrupt it; use PostgreSQL to run several hubs.",
+                data_root=str(self.path.parent),
+                pid=holder,
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            self._write_engine = _engine(self.path, writer=True)
+            async with self._write_engine.connect() as conn:
+                await conn.run_sync(migrate.upgrade)
+                await conn.commit()
+            self.engine = _engine(self.path, writer=False)
+        except Exception as exc:
+            await self.close()
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
+
+    async def close(self) -> None:
+        await super().close()
+        if self._write_engine is not None:
+            await self._write_engine.dispose()
+            self._write_engine = None
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @contextlib.asynccontextmanager
+    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
+        assert self._write_engine is not None
+        async with self._write_engine.connect() as conn:
+            yield conn
+
+    async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
+        # This process is the only writer of the file (see the lock above), so the inbox
+        # position can live in memory; a rolled-back batch only leaves a harmless gap.
+        current = self._inbox_seq.get(recipient_id)
+        if current is None:
+            m = s.messages.c
+            stmt = select(func.coalesce(func.max(m.seq), 0)).where(m.recipient_id == recipient_id)
+            current = int((await tx._exec(stmt)).scalar_one())
+        current += 1
+        self._inbox_seq[recipient_id] = current
+        return current

@@ -1,0 +1,37 @@
+"""Filesystem checks for summary files: the path must exist and, fully resolved (``..`` and
+symlinks), lie inside the agent's workspace."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from parley.core.errors import InvalidRequest, NotFound, PermissionDenied
+
+
+class LocalWorkspace:
+    """Workspaces on this machine's filesystem."""
+
+    def resolve_inside(self, workspace: str, path: str) -> Path:
+        if not path or "\x00" in path:
+            raise InvalidRequest("summaryPath is empty or not a path", code="invalid_summary_path")
+        root = Path(os.path.realpath(workspace))
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = root / candidate
+        resolved = Path(os.path.realpath(candidate))
+        if resolved != root and root not in resolved.parents:
+            raise PermissionDenied(
+                f"summaryPath {path!r} resolves to {str(resolved)!r}, outside the workspace "
+                f"{str(root)!r}; write the summary inside the workspace",
+                code="summary_outside_workspace",
+                resolved=str(resolved),
+                workspace=str(root),
+            )
+        if not resolved.is_file():
+            raise NotFound(
+                f"summaryPath {path!r} does not exist (resolved to {str(resolved)!r}); write the "
+                "summary file first",
+                code="summary_missing",
+            )
+        return resolved

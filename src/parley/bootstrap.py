@@ -1,0 +1,37 @@
+"""The composition root: build a Hub from settings with the right adapters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parley.adapters.bus.memory import MemoryBus
+from parley.adapters.store.postgres import PostgresStore
+from parley.adapters.store.sqlite import SqliteStore
+from parley.adapters.workspace import LocalWorkspace
+from parley.config import Settings
+from parley.core.errors import ConfigError
+from parley.core.ports import Clock, Store
+from parley.service.hub import Hub
+
+
+def build_store(settings: Settings) -> Store:
+    url = settings.resolved_database_url()
+    if url.startswith("sqlite:///"):
+        return SqliteStore(Path(url[len("sqlite:///") :]))
+    if url.startswith(("postgresql", "postgres://")):
+        return PostgresStore(url)
+    raise ConfigError(
+        f"database URL {url!r} is not supported; use sqlite:///<path> or postgresql://…",
+        code="unsupported_database",
+    )
+
+
+def build_hub(settings: Settings, *, clock: Clock | None = None) -> Hub:
+    settings.data_root().mkdir(parents=True, exist_ok=True)
+    return Hub(
+        settings,
+        store=build_store(settings),
+        bus=MemoryBus(),
+        workspace=LocalWorkspace(),
+        clock=clock,
+    )

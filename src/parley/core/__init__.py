@@ -1,0 +1,1 @@
+"""Pure domain logic of parley and the ports it talks to the world through."""

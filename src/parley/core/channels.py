@@ -1,0 +1,146 @@
+"""Channels, their messages, the sessions that speak in them, and discussion tasks (SPEC C1–C15).
+
+A *task* is one run of speaking turns triggered by a message: the wake of an agent in its work
+channel (one member, one round), a group discussion (C5) or the rounds of a discussion channel
+(C3–C9). Every task records why it ended, so "the discussion ended" is never shown as "the
+conclusion was verified" (C7).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, Field
+
+ChannelKind = Literal["work", "group", "discussion", "meeting", "direct"]
+CHANNEL_KINDS: tuple[str, ...] = get_args(ChannelKind)
+ChannelStatus = Literal["active", "closed", "deleted"]
+SenderKind = Literal["agent", "human", "moderator", "system"]
+MissedTurnPolicy = Literal["fail", "no_reply"]
+
+TaskStatus = Literal["running", "finished"]
+EndReason = Literal[
+    "unanimous",
+    "max_rounds",
+    "dormant",
+    "idle",
+    "superseded",
+    "cancelled",
+    "failed",
+    "closed",
+    "replied",
+    "interrupted",
+]
+END_REASONS: tuple[str, ...] = get_args(EndReason)
+RejectReason = Literal["new_message", "room_deleted", "cancelled", "agent_failed", "publish_failed"]
+InvocationOutcome = Literal["accepted", "silent", "rejected", "failed"]
+
+MAX_MEMBERS = 64
+TRANSCRIPT_WINDOW = 128
+DEFAULT_ROUNDS = 3
+
+
+class Channel(BaseModel):
+    """A place where members exchange append-only messages."""
+
+    id: str
+    name: str
+    kind: ChannelKind
+    private: bool = False
+    created_by: str
+    created: datetime
+    status: ChannelStatus = "active"
+    discussion_rounds: int = DEFAULT_ROUNDS
+    turn_timeout_s: float = 120.0
+    missed_turn_policy: MissedTurnPolicy = "fail"
+    owner_agent_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    members: list[str] = Field(default_factory=list)
+    last_seq: int = 0
+
+
+class ChannelMessage(BaseModel):
+    """One message in a channel (C1); ids are ULIDs, ``seq`` orders them within the channel."""
+
+    id: str
+    channel_id: str
+    seq: int
+    sender_id: str
+    sender_kind: SenderKind
+    content: str
+    reply_to: str | None = None
+    trigger_id: str | None = None
+    task_id: str | None = None
+    round: int | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created: datetime
+
+
+class LogicalSession(BaseModel):
+    """An agent's conversation in one channel (W1). The work-channel session is the main one."""
+
+    id: str
+    agent_id: str
+    channel_id: str
+    display_name: str
+    runtime_state: dict[str, Any] = Field(default_factory=dict)
+    model_override: str | None = None
+    created: datetime
+
+
+class Task(BaseModel):
+    """One run of speaking turns, with the snapshot it runs with (C12)."""
+
+    id: str
+    channel_id: str
+    trigger_id: str
+    mode: Literal["wake", "group", "discussion"]
+    status: TaskStatus = "running"
+    end_reason: EndReason | None = None
+    members: list[str]
+    rounds: int
+    current_round: int = 0
+    calls: int = 0
+    accepted: int = 0
+    failed_member: str | None = None
+    error: str | None = None
+    cancel_requested: bool = False
+    owner: str | None = None
+    created: datetime
+    finished: datetime | None = None
+
+
+class Invocation(BaseModel):
+    """The trace record of one runtime call (C13)."""
+
+    id: str
+    task_id: str | None
+    channel_id: str
+    trigger_id: str | None
+    round: int | None
+    agent_id: str
+    prompt_first_id: str | None
+    prompt_last_id: str | None
+    prompt_chars: int
+    model_route: str
+    outcome: InvocationOutcome
+    reason: str | None = None
+    message_id: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    created: datetime
+
+
+class PendingTurn(BaseModel):
+    """A turn offered to a remote agent, answered through ``speak`` / ``no_reply``."""
+
+    id: str
+    agent_id: str
+    channel_id: str
+    task_id: str | None
+    round: int | None
+    prompt: dict[str, Any]
+    deadline: datetime
+    status: Literal["pending", "answered", "expired", "superseded", "cancelled"] = "pending"
+    answer: str | None = None
+    created: datetime

@@ -1,0 +1,196 @@
+"""Durable mail between agents (SPEC M1–M8): the message record, its kinds and its lifecycle.
+
+A message row is one inbox entry. Fan-out (cc, broadcast, channel members, the operator's copy of
+a blocker) creates one row per recipient, each with ``copy_of`` pointing at the primary row, so
+that every recipient moves its own copy through the lifecycle independently.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, Field
+
+from parley.core.errors import Conflict, InvalidRequest, UnknownKind
+
+MailroomKind = Literal["task", "report", "handoff", "blocker", "notice"]
+SessionKind = Literal[
+    "task-dispatch",
+    "task-result",
+    "cancel",
+    "takeover",
+    "context-inject",
+    "status-update",
+    "info",
+]
+MailKind = Literal[
+    "task",
+    "report",
+    "handoff",
+    "blocker",
+    "notice",
+    "task-dispatch",
+    "task-result",
+    "cancel",
+    "takeover",
+    "context-inject",
+    "status-update",
+    "info",
+    "minutes",
+]
+MAIL_KINDS: tuple[str, ...] = get_args(MailKind)
+
+MailStatus = Literal["pending", "delivered", "read", "in_progress", "closed", "expired", "failed"]
+MAIL_STATUSES: tuple[str, ...] = get_args(MailStatus)
+FromKind = Literal["agent", "human", "system", "external"]
+ToKind = Literal["agent", "session", "channel", "broadcast"]
+CopyReason = Literal["cc", "blocker", "broadcast", "channel", "redeliver"]
+
+DEFAULT_TTL_SECONDS = 86400
+BROADCAST_TO = "*"
+
+# The forward order of the lifecycle; a recipient may only move a message to a later step.
+_FORWARD: dict[str, int] = {
+    "pending": 0,
+    "delivered": 1,
+    "read": 2,
+    "in_progress": 3,
+    "closed": 4,
+}
+RECIPIENT_STATUSES = ("read", "in_progress", "closed")
+OPEN_STATUSES = ("pending", "delivered", "read", "in_progress")
+
+
+class Message(BaseModel):
+    """One inbox entry (M1)."""
+
+    id: str
+    created: datetime
+    ttl_seconds: int = DEFAULT_TTL_SECONDS
+    from_kind: FromKind
+    from_id: str
+    to_kind: ToKind
+    to_id: str
+    recipient_id: str
+    cc: list[str] = Field(default_factory=list)
+    kind: MailKind
+    subject: str = ""
+    body: str = ""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    parent_message_id: str | None = None
+    correlation_id: str | None = None
+    related: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
+    status: MailStatus = "pending"
+    delivered_at: datetime | None = None
+    read_at: datetime | None = None
+    consumed_at: datetime | None = None
+    closed_at: datetime | None = None
+    failure_reason: str | None = None
+    idempotency_key: str | None = None
+    archive_label: str | None = None
+    copy_of: str | None = None
+    copy_reason: CopyReason | None = None
+    seq: int = 0
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.created + timedelta(seconds=self.ttl_seconds)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+
+class SendRequest(BaseModel):
+    """What a sender asks for; the hub fills in the sender, ids and times."""
+
+    to: str = Field(description="Recipient: an agent id, 'session:<id>', 'channel:<id>', or '*'.")
+    kind: str
+    subject: str = Field(default="", max_length=500)
+    body: str = Field(default="", max_length=200_000)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    cc: list[str] = Field(default_factory=list, max_length=64)
+    parent_message_id: str | None = None
+    correlation_id: str | None = Field(default=None, max_length=200)
+    related: list[str] = Field(default_factory=list, max_length=100)
+    labels: list[str] = Field(default_factory=list, max_length=50)
+    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=365 * 86400)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+def check_kind(kind: str) -> MailKind:
+    """Refuse a kind parley does not know (M2)."""
+    if kind not in MAIL_KINDS:
+        raise UnknownKind(
+            f"mail kind {kind!r} is unknown; use one of {', '.join(MAIL_KINDS)}",
+            kind=kind,
+            allowed=list(MAIL_KINDS),
+        )
+    return kind  # type: ignore[return-value]
+
+
+def parse_address(to: str) -> tuple[ToKind, str]:
+    """Split a recipient address into its kind and id."""
+    to = to.strip()
+    if to in (BROADCAST_TO, "all"):
+        return "broadcast", BROADCAST_TO
+    for prefix in ("session:", "channel:", "agent:"):
+        if to.startswith(prefix):
+            target = to[len(prefix) :]
+            if not target:
+                break
+            return prefix[:-1], target  # type: ignore[return-value]
+    if not to or ":" in to:
+        raise InvalidRequest(
+            f"recipient {to!r} is not an address; use an agent id, 'session:<id>', "
+            "'channel:<id>' or '*'",
+            code="invalid_recipient",
+        )
+    return "agent", to
+
+
+def check_transition(current: str, target: str) -> None:
+    """A recipient may only move its own mail forward (M3)."""
+    if target not in RECIPIENT_STATUSES:
+        raise InvalidRequest(
+            f"status {target!r} cannot be set by a recipient; use one of "
+            f"{', '.join(RECIPIENT_STATUSES)}",
+            code="invalid_status",
+        )
+    if current not in _FORWARD:
+        raise Conflict(
+            f"message is {current!r}; it can no longer change", code="message_final", status=current
+        )
+    if _FORWARD[target] <= _FORWARD[current]:
+        raise Conflict(
+            f"message is already {current!r}; mail only moves forward "
+            "(pending → delivered → read → in_progress → closed)",
+            code="backward_transition",
+            status=current,
+            target=target,
+        )
+
+
+class MailSummary(BaseModel):
+    """Per-agent summary (M8)."""
+
+    agent_id: str
+    unread: int
+    in_progress: int
+    oldest_pending_age_s: float | None
+    open_blockers: int
+    total_open: int
+
+
+class InboxFilter(BaseModel):
+    status: list[str] | None = None
+    kind: str | None = None
+    from_id: str | None = None
+    label: str | None = None
+    unread: bool = False
+    include_archived: bool = False
+    since: str | None = None
+    after_seq: int | None = None
+    limit: int = Field(default=100, ge=1, le=1000)

@@ -1,0 +1,67 @@
+"""Recording and querying the event log (P4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parley.core.events import Event
+from parley.core.ids import new_ulid
+from parley.core.ports import Bus, Clock, Tx
+
+
+class EventLog:
+    """Appends events inside the caller's transaction and publishes them after commit."""
+
+    def __init__(self, clock: Clock, bus: Bus) -> None:
+        self.clock = clock
+        self.bus = bus
+
+    def record(
+        self,
+        tx: Tx,
+        type: str,
+        *,
+        actor: str,
+        subject: str,
+        payload: dict[str, Any] | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        parent_span_id: str | None = None,
+    ) -> Event:
+        event = Event(
+            id=new_ulid(),
+            type=type,
+            time=self.clock.now(),
+            actor=actor,
+            subject=subject,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent_span_id,
+            payload=payload or {},
+        )
+        tx.insert("events", event)
+        data = {"type": "event", "event": event.model_dump(mode="json")}
+        tx.after_commit(lambda: self.bus.publish("hub", data))
+        return event
+
+    async def query(
+        self,
+        tx: Tx,
+        *,
+        after: str | None = None,
+        type: str | None = None,
+        subject: str | None = None,
+        actor: str | None = None,
+        limit: int = 100,
+    ) -> list[Event]:
+        e = tx.table("events").c
+        where: list[Any] = []
+        if after:
+            where.append(e.id > after)
+        if type:
+            where.append(e.type.startswith(type) if type.endswith(".") else e.type == type)
+        if subject:
+            where.append(e.subject == subject)
+        if actor:
+            where.append(e.actor == actor)
+        return await tx.select("events", *where, order_by=[e.id], limit=limit)

@@ -1,0 +1,260 @@
+"""Agents, humans and their tokens. Tokens are stored hashed and shown once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from parley.core.channels import Channel, LogicalSession
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, Unauthenticated
+from parley.core.identity import (
+    OPERATOR_ID,
+    Principal,
+    PrincipalKind,
+    hash_token,
+    new_token,
+    validate_slug,
+)
+from parley.core.ids import new_id, new_ulid
+from parley.core.ports import Tx
+from parley.core.runtime import RUNTIME_KINDS
+from parley.service.context import ServiceContext
+
+
+class AgentSpec(BaseModel):
+    """What an operator gives to create an agent."""
+
+    id: str = Field(min_length=1, max_length=63)
+    display_name: str | None = Field(default=None, max_length=200)
+    workspace: str | None = Field(default=None, max_length=4096)
+    persona: str = Field(default="", max_length=20_000)
+    runtime: dict[str, Any] = Field(default_factory=lambda: {"kind": "none"})
+
+
+class HumanSpec(BaseModel):
+    id: str = Field(min_length=1, max_length=63)
+    display_name: str | None = Field(default=None, max_length=200)
+    operator: bool = False
+
+
+class Created(BaseModel):
+    """A new principal and its token. The token is shown only here."""
+
+    principal: Principal
+    token: str
+    work_channel_id: str | None = None
+
+
+def require_operator(caller: Principal, action: str) -> None:
+    if not caller.is_operator:
+        raise PermissionDenied(
+            f"only the operator may {action}; {caller.id!r} is not the operator",
+            code="operator_only",
+        )
+
+
+def check_runtime(runtime: dict[str, Any]) -> dict[str, Any]:
+    kind = runtime.get("kind", "none")
+    if kind not in RUNTIME_KINDS:
+        raise InvalidRequest(
+            f"runtime kind {kind!r} is unknown; use one of {', '.join(RUNTIME_KINDS)}",
+            code="unknown_runtime",
+        )
+    return {**runtime, "kind": kind}
+
+
+class Identity:
+    """Creates principals and turns bearer tokens into principals."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self._principals: dict[str, Principal] = {}
+        self._tokens: dict[str, str] = {}
+
+    # -- lookups ------------------------------------------------------------------------------
+    async def authenticate(self, token: str | None) -> Principal:
+        """The principal a bearer token belongs to; the server decides who is speaking."""
+        if not token:
+            raise Unauthenticated()
+        digest = hash_token(token)
+        pid = self._tokens.get(digest)
+        if pid is not None and pid in self._principals:
+            return self._principals[pid]
+        async with self.ctx.store.read() as tx:
+            principal = await tx.principal_by_token(digest)
+        if principal is None or not principal.active:
+            raise Unauthenticated("the bearer token is not valid; ask the operator for a token")
+        self._tokens[digest] = principal.id
+        self._principals[principal.id] = principal
+        return principal
+
+    async def get(self, principal_id: str, tx: Tx | None = None) -> Principal | None:
+        cached = self._principals.get(principal_id)
+        if cached is not None:
+            return cached
+        if tx is not None:
+            found: Principal | None = await tx.get("principals", principal_id)
+        else:
+            async with self.ctx.store.read() as rtx:
+                found = await rtx.get("principals", principal_id)
+        if found is not None:
+            self._principals[found.id] = found
+        return found
+
+    async def require(self, principal_id: str, tx: Tx | None = None) -> Principal:
+        found = await self.get(principal_id, tx)
+        if found is None:
+            raise NotFound(f"no agent or human {principal_id!r}", code="principal_not_found")
+        return found
+
+    async def list(self, kind: PrincipalKind | None = None) -> list[Principal]:
+        async with self.ctx.store.read() as tx:
+            p = tx.table("principals").c
+            where = [p.kind == kind] if kind else []
+            rows: list[Principal] = await tx.select("principals", *where, order_by=[p.id])
+        for row in rows:
+            self._principals[row.id] = row
+        return rows
+
+    def forget(self, principal_id: str) -> None:
+        self._principals.pop(principal_id, None)
+
+    # -- creation -----------------------------------------------------------------------------
+    async def bootstrap_operator(self) -> str | None:
+        """Create the operator on first start; returns its token then, None afterwards."""
+        if await self.get(OPERATOR_ID) is not None:
+            return None
+        token = new_token()
+
+        async def job(tx: Tx) -> None:
+            if await tx.get("principals", OPERATOR_ID) is not None:
+                raise Conflict("operator exists", code="operator_exists")
+            operator = Principal(
+                id=OPERATOR_ID,
+                kind="human",
+                role="operator",
+                display_name="Operator",
+                created=self.ctx.clock.now(),
+            )
+            tx.insert("principals", operator)
+            await tx.insert_token(hash_token(token), OPERATOR_ID, "operator", self.ctx.clock.now())
+            self.ctx.events.record(tx, "principal.created", actor="system", subject=OPERATOR_ID)
+
+        try:
+            await self.ctx.store.write(job)
+        except Conflict:
+            return None  # another hub on the same PostgreSQL created it first
+        return token
+
+    async def create_agent(self, caller: Principal, spec: AgentSpec) -> Created:
+        require_operator(caller, "create agents")
+        agent_id = validate_slug(spec.id.strip(), what="agent id")
+        runtime = check_runtime(spec.runtime)
+        token = new_token()
+        now = self.ctx.clock.now()
+        channel_id = new_ulid()
+        agent = Principal(
+            id=agent_id,
+            kind="agent",
+            display_name=spec.display_name or agent_id,
+            workspace=spec.workspace,
+            persona=spec.persona,
+            runtime=runtime,
+            work_channel_id=channel_id,
+            created=now,
+        )
+
+        async def job(tx: Tx) -> Principal:
+            if await tx.get("principals", agent_id) is not None:
+                raise Conflict(f"agent {agent_id!r} already exists", code="agent_exists")
+            tx.insert("principals", agent)
+            # Every agent gets a work channel; its session there is the agent's main session.
+            tx.insert(
+                "channels",
+                Channel(
+                    id=channel_id,
+                    name=f"{agent_id}-work",
+                    kind="work",
+                    private=True,
+                    created_by=caller.id,
+                    created=now,
+                    discussion_rounds=1,
+                    turn_timeout_s=self.ctx.settings.turn_timeout_s,
+                    owner_agent_id=agent_id,
+                ),
+            )
+            await tx.flush()
+            await tx.set_members(channel_id, [agent_id])
+            tx.insert(
+                "sessions",
+                LogicalSession(
+                    id=new_id("vs-"),
+                    agent_id=agent_id,
+                    channel_id=channel_id,
+                    display_name=f"{agent.display_name} / main",
+                    created=now,
+                ),
+            )
+            await tx.insert_token(hash_token(token), agent_id, "initial", now)
+            self.ctx.events.record(
+                tx,
+                "agent.created",
+                actor=caller.id,
+                subject=agent_id,
+                payload={"runtime": runtime.get("kind"), "work_channel_id": channel_id},
+            )
+            return agent
+
+        created = await self.ctx.store.write(job)
+        self._principals[created.id] = created
+        return Created(principal=created, token=token, work_channel_id=channel_id)
+
+    async def create_human(self, caller: Principal, spec: HumanSpec) -> Created:
+        require_operator(caller, "create humans")
+        human_id = validate_slug(spec.id.strip(), what="human id")
+        token = new_token()
+        now = self.ctx.clock.now()
+        human = Principal(
+            id=human_id,
+            kind="human",
+            role="operator" if spec.operator else "member",
+            display_name=spec.display_name or human_id,
+            created=now,
+        )
+
+        async def job(tx: Tx) -> Principal:
+            if await tx.get("principals", human_id) is not None:
+                raise Conflict(f"{human_id!r} already exists", code="principal_exists")
+            tx.insert("principals", human)
+            await tx.insert_token(hash_token(token), human_id, "initial", now)
+            self.ctx.events.record(tx, "human.created", actor=caller.id, subject=human_id)
+            return human
+
+        created = await self.ctx.store.write(job)
+        self._principals[created.id] = created
+        return Created(principal=created, token=token)
+
+    async def issue_token(self, caller: Principal, principal_id: str, *, rotate: bool) -> str:
+        """A new token for a principal (operator only); ``rotate`` revokes the old ones."""
+        require_operator(caller, "issue tokens")
+        await self.require(principal_id)
+        token = new_token()
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> None:
+            if rotate:
+                await tx.revoke_tokens(principal_id, now)
+            await tx.insert_token(hash_token(token), principal_id, "issued", now)
+            self.ctx.events.record(
+                tx,
+                "token.issued",
+                actor=caller.id,
+                subject=principal_id,
+                payload={"rotate": rotate},
+            )
+
+        await self.ctx.store.write(job)
+        if rotate:
+            self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+        return token

@@ -1,0 +1,411 @@
+"""Durable mail (M1–M9): send, inbox, lifecycle, archive, redelivery, threads, summaries, expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from parley.core import mail as m
+from parley.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    StorageError,
+)
+from parley.core.identity import OPERATOR_ID, Principal
+from parley.core.ids import new_ulid
+from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
+from parley.core.ports import Tx
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity, require_operator
+
+THREAD_DEPTH = 50
+
+
+def inbox_topic(principal_id: str) -> str:
+    return f"inbox:{principal_id}"
+
+
+def _from_kind(p: Principal) -> m.FromKind:
+    return "agent" if p.kind == "agent" else "human"
+
+
+class Mail:
+    """The mail service. Every method takes the authenticated caller first."""
+
+    def __init__(self, ctx: ServiceContext, identity: Identity) -> None:
+        self.ctx = ctx
+        self.identity = identity
+
+    # -- sending ------------------------------------------------------------------------------
+    async def send(self, caller: Principal, req: SendRequest) -> Message:
+        """Send mail as ``caller`` (never as anyone else). With an idempotency key, a resend
+        returns the original message instead of a duplicate (M6)."""
+        kind = m.check_kind(req.kind)
+        to_kind, to_id = m.parse_address(req.to)
+        for cc in req.cc:
+            if ":" in cc or cc in ("*", "all"):
+                raise InvalidRequest(
+                    f"cc entry {cc!r} must be an agent or human id", code="invalid_cc"
+                )
+        try:
+            return await self.ctx.store.write(
+                lambda tx: self._send_job(tx, caller, req, kind, to_kind, to_id)
+            )
+        except StorageError:
+            if req.idempotency_key is None:
+                raise
+            # Two hubs raced on the same key and the unique index refused the loser: the
+            # original now exists, so the resend returns it.
+            async with self.ctx.store.read() as tx:
+                existing = await tx.message_by_idempotency(caller.id, req.idempotency_key)
+            if existing is None:
+                raise
+            return existing
+
+    async def _send_job(
+        self,
+        tx: Tx,
+        caller: Principal,
+        req: SendRequest,
+        kind: m.MailKind,
+        to_kind: m.ToKind,
+        to_id: str,
+    ) -> Message:
+        if req.idempotency_key is not None:
+            existing = await tx.message_by_idempotency(caller.id, req.idempotency_key)
+            if existing is not None:
+                return existing
+        now = self.ctx.clock.now()
+        recipients = await self._recipients(tx, caller, to_kind, to_id, now)
+        copies: list[tuple[str, m.CopyReason | None]] = [(recipients[0], None)]
+        reason: m.CopyReason = "broadcast" if to_kind == "broadcast" else "channel"
+        copies += [(r, reason) for r in recipients[1:]]
+        seen = set(recipients)
+        for cc in req.cc:
+            await self._require_recipient(tx, cc)
+            if cc not in seen:
+                copies.append((cc, "cc"))
+                seen.add(cc)
+        # A blocker always reaches the operator, whoever it was addressed to (M4).
+        if kind == "blocker" and OPERATOR_ID not in seen:
+            copies.append((OPERATOR_ID, "blocker"))
+        primary_id = new_ulid()
+        primary: Message | None = None
+        for recipient, copy_reason in copies:
+            msg = Message(
+                id=primary_id if primary is None else new_ulid(),
+                created=now,
+                ttl_seconds=req.ttl_seconds,
+                from_kind=_from_kind(caller),
+                from_id=caller.id,
+                to_kind=to_kind,
+                to_id=to_id,
+                recipient_id=recipient,
+                cc=list(req.cc),
+                kind=kind,
+                subject=req.subject,
+                body=req.body,
+                payload=req.payload,
+                parent_message_id=req.parent_message_id,
+                correlation_id=req.correlation_id,
+                related=list(req.related),
+                labels=list(req.labels),
+                idempotency_key=req.idempotency_key if primary is None else None,
+                copy_of=None if primary is None else primary_id,
+                copy_reason=copy_reason,
+                seq=await tx.next_inbox_seq(recipient),
+            )
+            primary = primary or msg
+            self._deliver(tx, msg)
+        assert primary is not None
+        self.ctx.events.record(
+            tx,
+            "mail.sent",
+            actor=caller.id,
+            subject=f"message:{primary_id}",
+            payload={
+                "kind": kind,
+                "to": f"{to_kind}:{to_id}",
+                "recipients": [r for r, _ in copies],
+            },
+            trace_id=req.correlation_id,
+        )
+        return primary
+
+    def _deliver(self, tx: Tx, msg: Message) -> None:
+        tx.insert("messages", msg)
+        self._announce(
+            tx,
+            msg.recipient_id,
+            {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")},
+        )
+
+    def _announce(self, tx: Tx, recipient_id: str, data: dict[str, Any]) -> None:
+        """Publish to the recipient's inbox topic once the transaction has committed."""
+        topic = inbox_topic(recipient_id)
+        bus = self.ctx.bus
+        tx.after_commit(lambda: bus.publish(topic, data))
+
+    async def _require_recipient(self, tx: Tx, principal_id: str) -> Principal:
+        found = await self.identity.get(principal_id, tx)
+        if found is None or not found.active:
+            raise NotFound(
+                f"recipient {principal_id!r} does not exist; list agents with GET /v1/agents",
+                code="recipient_not_found",
+                recipient=principal_id,
+            )
+        return found
+
+    async def _recipients(
+        self, tx: Tx, caller: Principal, to_kind: m.ToKind, to_id: str, now: Any
+    ) -> list[str]:
+        if to_kind == "agent":
+            await self._require_recipient(tx, to_id)
+            return [to_id]
+        if to_kind == "session":
+            session = await tx.get("sessions", to_id)
+            if session is None:
+                raise NotFound(f"no session {to_id!r}", code="session_not_found")
+            return [session.agent_id]
+        if to_kind == "channel":
+            channel = await tx.get_channel(to_id)
+            if channel is None or channel.status == "deleted":
+                raise NotFound(f"no channel {to_id!r}", code="channel_not_found")
+            members = [mid for mid in channel.members if mid != caller.id]
+            if not members:
+                raise InvalidRequest(
+                    f"channel {to_id!r} has no member besides you to deliver to",
+                    code="no_recipients",
+                )
+            return members
+        # Broadcast: all active agents but the sender, at most once per interval per sender.
+        await tx.get("principals", caller.id, for_update=True)
+        interval = self.ctx.settings.broadcast_interval_s
+        last = await tx.last_broadcast_at(caller.id)
+        if last is not None and interval > 0:
+            wait = (last + timedelta(seconds=interval) - now).total_seconds()
+            if wait > 0:
+                raise RateLimited(
+                    f"{caller.id!r} broadcast less than {interval:g}s ago; retry in {wait:.1f}s",
+                    retry_after=round(wait, 3),
+                )
+        p = tx.table("principals").c
+        agents = await tx.select(
+            "principals", p.kind == "agent", p.active.is_(True), p.id != caller.id, order_by=[p.id]
+        )
+        if not agents:
+            raise InvalidRequest(
+                "there is no other active agent to broadcast to", code="no_recipients"
+            )
+        return [a.id for a in agents]
+
+    # -- reading ------------------------------------------------------------------------------
+    def _check_inbox_owner(self, caller: Principal, owner: str) -> None:
+        if caller.id != owner and not caller.is_operator:
+            raise PermissionDenied(
+                f"{caller.id!r} may not read the inbox of {owner!r}; agents read only their own "
+                "inbox (anyone may send to it)",
+                code="inbox_forbidden",
+            )
+
+    async def inbox(self, caller: Principal, owner: str, flt: InboxFilter) -> list[Message]:
+        """The inbox of ``owner`` in delivery order; the owner fetching it marks pending mail
+        delivered."""
+        self._check_inbox_owner(caller, owner)
+        await self.identity.require(owner)
+        async with self.ctx.store.read() as tx:
+            rows = await tx.list_inbox(owner, flt)
+        if caller.id == owner:
+            await self.mark_delivered(owner, [r.id for r in rows if r.status == "pending"])
+        return rows
+
+    async def mark_delivered(self, owner: str, ids: list[str]) -> None:
+        if not ids:
+            return
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> None:
+            count = await tx.mark_delivered(ids, now)
+            if count:
+                self.ctx.events.record(
+                    tx,
+                    "mail.delivered",
+                    actor=owner,
+                    subject=f"inbox:{owner}",
+                    payload={"ids": ids},
+                )
+
+        await self.ctx.store.write(job)
+
+    def _check_visible(self, caller: Principal, msg: Message) -> None:
+        if caller.is_operator or caller.id in (msg.recipient_id, msg.from_id):
+            return
+        raise PermissionDenied(
+            f"message {msg.id!r} is in the inbox of {msg.recipient_id!r}; only its recipient, "
+            "its sender and the operator may read it",
+            code="message_forbidden",
+        )
+
+    async def get(self, caller: Principal, message_id: str) -> Message:
+        async with self.ctx.store.read() as tx:
+            msg: Message | None = await tx.get("messages", message_id)
+        if msg is None:
+            raise NotFound(f"no message {message_id!r}", code="message_not_found")
+        self._check_visible(caller, msg)
+        return msg
+
+    async def thread(self, caller: Principal, message_id: str) -> list[Message]:
+        """The thread around a message: its reply chain (parent_message_id), its transaction
+        (correlation_id) and what it relates to (related[]), as far as the caller may see."""
+        start = await self.get(caller, message_id)
+        async with self.ctx.store.read() as tx:
+            ids = {start.id, *(start.related)}
+            correlation = {start.correlation_id} if start.correlation_id else set()
+            root = start
+            for _ in range(THREAD_DEPTH):
+                if root.parent_message_id is None:
+                    break
+                parent: Message | None = await tx.get("messages", root.parent_message_id)
+                if parent is None:
+                    break
+                ids.add(parent.id)
+                root = parent
+            found: dict[str, Message] = {}
+            for _ in range(THREAD_DEPTH):
+                rows = await tx.thread_messages(ids, correlation)
+                new = {r.id: r for r in rows if r.id not in found}
+                if not new:
+                    break
+                found.update(new)
+                ids |= set(new)
+                correlation |= {r.correlation_id for r in new.values() if r.correlation_id}
+        visible = [
+            msg
+            for msg in found.values()
+            if caller.is_operator or caller.id in (msg.recipient_id, msg.from_id)
+        ]
+        return sorted(visible, key=lambda x: (x.created, x.id))
+
+    async def summary(self, caller: Principal, owner: str) -> MailSummary:
+        self._check_inbox_owner(caller, owner)
+        await self.identity.require(owner)
+        async with self.ctx.store.read() as tx:
+            return await tx.summary(owner, self.ctx.clock.now())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def update_status(
+        self, caller: Principal, message_id: str, status: str, *, label: str | None = None
+    ) -> Message:
+        """Move one's own message forward: read → in_progress → closed (closing archives it,
+        optionally under a label). Nobody deletes mail (M3)."""
+
+        async def job(tx: Tx) -> Message:
+            msg: Message | None = await tx.get("messages", message_id, for_update=True)
+            if msg is None:
+                raise NotFound(f"no message {message_id!r}", code="message_not_found")
+            if msg.recipient_id != caller.id:
+                raise PermissionDenied(
+                    f"only the recipient {msg.recipient_id!r} may change the status of message "
+                    f"{message_id!r}",
+                    code="not_recipient",
+                )
+            if msg.status == "expired":
+                raise Conflict(
+                    f"message {message_id!r} expired at {msg.expires_at.isoformat()}",
+                    code="message_expired",
+                )
+            m.check_transition(msg.status, status)
+            now = self.ctx.clock.now()
+            values: dict[str, Any] = {"status": status}
+            if msg.delivered_at is None:
+                values["delivered_at"] = now
+            if status in ("read", "in_progress", "closed") and msg.read_at is None:
+                values["read_at"] = now
+            if status in ("in_progress", "closed") and msg.consumed_at is None:
+                values["consumed_at"] = now
+            if status == "closed":
+                values["closed_at"] = now
+                values["archive_label"] = label or _wave(msg) or "unlabelled"
+            await tx.update("messages", message_id, **values)
+            self.ctx.events.record(
+                tx,
+                "mail.status_changed",
+                actor=caller.id,
+                subject=f"message:{message_id}",
+                payload={"from": msg.status, "to": status, "label": values.get("archive_label")},
+            )
+            return msg.model_copy(update=values)
+
+        return await self.ctx.store.write(job)
+
+    async def archive(self, caller: Principal, message_id: str, label: str | None) -> Message:
+        return await self.update_status(caller, message_id, "closed", label=label)
+
+    async def redeliver(self, caller: Principal, message_id: str) -> Message:
+        """Operator only: put a copy of an archived message back in the inbox as pending; the
+        original stays archived (M3)."""
+        require_operator(caller, "redeliver mail")
+
+        async def job(tx: Tx) -> Message:
+            original: Message | None = await tx.get("messages", message_id)
+            if original is None:
+                raise NotFound(f"no message {message_id!r}", code="message_not_found")
+            if original.status != "closed":
+                raise Conflict(
+                    f"message {message_id!r} is {original.status!r}; only archived (closed) "
+                    "mail can be redelivered",
+                    code="not_archived",
+                )
+            copy = original.model_copy(
+                update={
+                    "id": new_ulid(),
+                    "created": self.ctx.clock.now(),
+                    "status": "pending",
+                    "delivered_at": None,
+                    "read_at": None,
+                    "consumed_at": None,
+                    "closed_at": None,
+                    "archive_label": None,
+                    "failure_reason": None,
+                    "idempotency_key": None,
+                    "copy_of": original.id,
+                    "copy_reason": "redeliver",
+                    "seq": await tx.next_inbox_seq(original.recipient_id),
+                }
+            )
+            self._deliver(tx, copy)
+            self.ctx.events.record(
+                tx,
+                "mail.redelivered",
+                actor=caller.id,
+                subject=f"message:{original.id}",
+                payload={"copy": copy.id},
+            )
+            return copy
+
+        return await self.ctx.store.write(job)
+
+    async def expire_due(self) -> list[Message]:
+        """Mark mail whose TTL has passed as expired; it is kept, never dropped (M6)."""
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> list[Message]:
+            due = await tx.expire_due(now)
+            for msg in due:
+                self.ctx.events.record(
+                    tx, "mail.expired", actor="system", subject=f"message:{msg.id}"
+                )
+                self._announce(tx, msg.recipient_id, {"type": "mail.expired", "id": msg.id})
+            return due
+
+        return await self.ctx.store.write(job)
+
+
+def _wave(msg: Message) -> str | None:
+    for label in msg.labels:
+        if label.startswith("wave:"):
+            return label[len("wave:") :]
+    return None
