@@ -1,0 +1,1 @@
+"""Surfaces: REST, MCP, CLI, web. Each only translates to and from the service layer."""

@@ -1,0 +1,1 @@
+"""The REST surface (FastAPI) with SSE streams."""

@@ -1,0 +1,51 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from parley import __version__
+from parley.bootstrap import build_hub
+from parley.config import Settings
+from parley.service.hub import Hub
+from parley.surfaces.rest import errors
+from parley.surfaces.rest.routers import agents, events, health, mail, streams
+
+DESCRIPTION = """\
+parley is a coordination hub for long-running AI agent sessions: durable mailboxes, channels and
+moderated discussions. Every endpoint except the health checks needs
+`Authorization: Bearer <token>`; the token decides who is speaking. Errors are JSON
+`{code, message, details}` with a stable `code`.
+"""
+
+
+def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> FastAPI:
+    """Build the app. Given a started ``hub`` the app uses it as is; otherwise the app builds
+    one from ``settings`` and starts and stops it with its lifespan."""
+    own_hub = hub is None
+    the_hub = hub if hub is not None else build_hub(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if own_hub:
+            await the_hub.start()
+        try:
+            yield
+        finally:
+            if own_hub:
+                await the_hub.stop()
+
+    app = FastAPI(
+        title="parley",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.hub = the_hub
+    errors.install(app)
+    for module in (health, agents, mail, events, streams):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,34 @@
+"""Request dependencies: the hub, and the caller derived from the bearer token."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from parley.core.identity import Principal
+from parley.service.hub import Hub
+
+_bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
+
+
+def get_hub(request: Request) -> Hub:
+    hub: Hub = request.app.state.hub
+    return hub
+
+
+async def get_caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    hub = get_hub(request)
+    token = credentials.credentials if credentials is not None else None
+    if token is None:
+        # Browsers' EventSource cannot set headers; allow ?token= on stream endpoints only.
+        token = request.query_params.get("token") if request.url.path.endswith("/stream") else None
+    return await hub.identity.authenticate(token)
+
+
+HubDep = Annotated[Hub, Depends(get_hub)]
+Caller = Annotated[Principal, Depends(get_caller)]

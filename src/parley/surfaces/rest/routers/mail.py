@@ -1,0 +1,101 @@
+"""Mail: send, inbox, read, lifecycle, archive, redeliver, threads, summaries."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
+from parley.surfaces.rest.deps import Caller, HubDep
+from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
+
+router = APIRouter(tags=["mail"], responses=ERROR_RESPONSES)
+
+
+class StatusUpdate(BaseModel):
+    status: str = Field(description="read, in_progress or closed")
+    label: str | None = Field(default=None, max_length=200, description="archive label on close")
+
+
+class ArchiveRequest(BaseModel):
+    label: str | None = Field(default=None, max_length=200)
+
+
+@router.post(
+    "/v1/mail",
+    response_model=Message,
+    status_code=201,
+    responses={429: {"model": ErrorBody, "description": "Broadcast rate limit"}},
+)
+async def send(req: SendRequest, caller: Caller, hub: HubDep) -> Message:
+    """Send mail as the caller. With ``idempotency_key`` a resend returns the original."""
+    return await hub.mail.send(caller, req)
+
+
+@router.get("/v1/agents/{owner}/inbox", response_model=list[Message])
+async def inbox(
+    owner: str,
+    caller: Caller,
+    hub: HubDep,
+    status: Annotated[list[str] | None, Query()] = None,
+    kind: str | None = None,
+    from_id: Annotated[str | None, Query(alias="from")] = None,
+    label: str | None = None,
+    unread: bool = False,
+    include_archived: bool = False,
+    since: str | None = None,
+    after_seq: int | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[Message]:
+    """An inbox in delivery order (only its owner or the operator may read it)."""
+    flt = InboxFilter(
+        status=status,
+        kind=kind,
+        from_id=from_id,
+        label=label,
+        unread=unread,
+        include_archived=include_archived,
+        since=since,
+        after_seq=after_seq,
+        limit=limit,
+    )
+    return await hub.mail.inbox(caller, owner, flt)
+
+
+@router.get("/v1/agents/{owner}/summary", response_model=MailSummary)
+async def summary(owner: str, caller: Caller, hub: HubDep) -> MailSummary:
+    """Unread, in progress, age of the oldest pending message, open blockers."""
+    return await hub.mail.summary(caller, owner)
+
+
+@router.get("/v1/mail/{message_id}", response_model=Message)
+async def get_message(message_id: str, caller: Caller, hub: HubDep) -> Message:
+    return await hub.mail.get(caller, message_id)
+
+
+@router.get("/v1/mail/{message_id}/thread", response_model=list[Message])
+async def thread(message_id: str, caller: Caller, hub: HubDep) -> list[Message]:
+    """Replies, the same correlation id and related messages, as far as the caller may see."""
+    return await hub.mail.thread(caller, message_id)
+
+
+@router.post("/v1/mail/{message_id}/status", response_model=Message)
+async def update_status(
+    message_id: str, body: StatusUpdate, caller: Caller, hub: HubDep
+) -> Message:
+    """Move one's own message forward (read → in_progress → closed)."""
+    return await hub.mail.update_status(caller, message_id, body.status, label=body.label)
+
+
+@router.post("/v1/mail/{message_id}/archive", response_model=Message)
+async def archive(message_id: str, body: ArchiveRequest, caller: Caller, hub: HubDep) -> Message:
+    """Close and archive one's own message under a label."""
+    return await hub.mail.archive(caller, message_id, body.label)
+
+
+@router.post("/v1/mail/{message_id}/redeliver", response_model=Message, status_code=201)
+async def redeliver(message_id: str, caller: Caller, hub: HubDep) -> Message:
+    """Operator: put a pending copy of an archived message back in its inbox."""
+    return await hub.mail.redeliver(caller, message_id)
