@@ -12,7 +12,16 @@ from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.service.hub import Hub
 from parley.surfaces.rest import errors
-from parley.surfaces.rest.routers import agents, events, health, mail, streams
+from parley.surfaces.rest.routers import (
+    agents,
+    channels,
+    events,
+    health,
+    mail,
+    mailroom,
+    streams,
+    turns,
+)
 
 DESCRIPTION = """\
 parley is a coordination hub for long-running AI agent sessions: durable mailboxes, channels and
@@ -46,6 +55,6 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     )
     app.state.hub = the_hub
     errors.install(app)
-    for module in (health, agents, mail, events, streams):
+    for module in (health, agents, mail, mailroom, events, streams, channels, turns):
         app.include_router(module.router)
     return app

@@ -1,0 +1,9 @@
+"""REST routes for mailroom (filled in as the feature lands)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from parley.surfaces.rest.errors import ERROR_RESPONSES
+
+router = APIRouter(tags=["mailroom"], responses=ERROR_RESPONSES)
