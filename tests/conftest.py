@@ -13,14 +13,14 @@ import asyncpg
 import httpx
 import pytest
 
-from parley.bootstrap import build_hub
+from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.surfaces.rest.app import create_app
-from parley.testing import FakeClock
+from parley.testing import FakeClock, StaticRuntimes
 
 PG_ADMIN_URL = os.environ.get("PARLEY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -79,8 +79,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def hub(settings: Settings, clock: FakeClock) -> AsyncIterator[Hub]:
-    the_hub = build_hub(settings, clock=clock)
+def runtimes() -> StaticRuntimes:
+    """Per-agent runtimes for a test (``runtimes.set(agent_id, ScriptedRuntime(...))``); agents
+    without one fall back to the runtime their config names."""
+    return StaticRuntimes(fallback=default_runtimes())
+
+
+@pytest.fixture
+async def hub(settings: Settings, clock: FakeClock, runtimes: StaticRuntimes) -> AsyncIterator[Hub]:
+    the_hub = build_hub(settings, clock=clock, runtimes=runtimes)
     await the_hub.start(background=False)
     try:
         yield the_hub

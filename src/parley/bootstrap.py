@@ -10,7 +10,7 @@ from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings
 from parley.core.errors import ConfigError
-from parley.core.ports import Clock, Store
+from parley.core.ports import Clock, RuntimeSource, Store
 from parley.service.hub import Hub
 
 
@@ -26,7 +26,15 @@ def build_store(settings: Settings) -> Store:
     )
 
 
-def build_hub(settings: Settings, *, clock: Clock | None = None) -> Hub:
+def default_runtimes() -> RuntimeSource:
+    from parley.adapters.runtimes.factory import RuntimeRegistry
+
+    return RuntimeRegistry()
+
+
+def build_hub(
+    settings: Settings, *, clock: Clock | None = None, runtimes: RuntimeSource | None = None
+) -> Hub:
     settings.data_root().mkdir(parents=True, exist_ok=True)
     return Hub(
         settings,
@@ -34,4 +42,5 @@ def build_hub(settings: Settings, *, clock: Clock | None = None) -> Hub:
         bus=MemoryBus(),
         workspace=LocalWorkspace(),
         clock=clock,
+        runtimes=runtimes if runtimes is not None else default_runtimes(),
     )

@@ -20,6 +20,7 @@ SenderKind = Literal["agent", "human", "moderator", "system"]
 MissedTurnPolicy = Literal["fail", "no_reply"]
 
 TaskStatus = Literal["running", "finished"]
+TaskMode = Literal["wake", "group", "discussion"]
 EndReason = Literal[
     "unanimous",
     "max_rounds",
@@ -58,6 +59,8 @@ class Channel(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     members: list[str] = Field(default_factory=list)
     last_seq: int = 0
+    last_trigger_id: str | None = None
+    last_activity: datetime | None = None
 
 
 class ChannelMessage(BaseModel):
@@ -95,7 +98,7 @@ class Task(BaseModel):
     id: str
     channel_id: str
     trigger_id: str
-    mode: Literal["wake", "group", "discussion"]
+    mode: TaskMode
     status: TaskStatus = "running"
     end_reason: EndReason | None = None
     members: list[str]

@@ -96,6 +96,9 @@ class Turn:
     round: int | None = None
     trigger_id: str | None = None
     task_id: str | None = None
+    # What the runtime asked to keep for this logical session last time (e.g. a Claude Code
+    # session id to resume); the hub stores it in ``LogicalSession.runtime_state``.
+    runtime_state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     model_route: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    # New runtime state to keep for this logical session, or None to leave it unchanged.
+    runtime_state: dict[str, Any] | None = None
 
     @property
     def is_silent(self) -> bool:

@@ -8,18 +8,35 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from parley.config import Settings
+from parley.core.channels import ChannelMessage
 from parley.core.clock import SystemClock
-from parley.core.ports import Bus, Clock, Store, Workspace
+from parley.core.identity import Principal
+from parley.core.ids import new_ulid
+from parley.core.ports import Bus, Clock, Runtime, RuntimeSource, Store, Tx, Workspace
+from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.discussions import Discussions
 from parley.service.events import EventLog
 from parley.service.identity import Identity
 from parley.service.mail import Mail
+from parley.service.mailroom import Mailroom
+from parley.service.tasks import TaskRunner
+from parley.service.turns import RemoteRuntime, Turns
 
 log = logging.getLogger("parley.hub")
 
 
+class _NoRuntimes:
+    def get(self, agent_id: str, config: dict[str, object]) -> Runtime | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Hub:
-    """Everything a surface needs: ``identity``, ``mail``, ``events`` and the store."""
+    """Everything a surface needs: ``identity``, ``mail``, ``channels``, ``tasks``,
+    ``discussions``, ``turns`` — one instance per process."""
 
     def __init__(
         self,
@@ -29,9 +46,11 @@ class Hub:
         bus: Bus,
         workspace: Workspace,
         clock: Clock | None = None,
+        runtimes: RuntimeSource | None = None,
     ) -> None:
         clock = clock or SystemClock()
         self.settings = settings
+        self.id = new_ulid()
         self.ctx = ServiceContext(
             store=store,
             bus=bus,
@@ -40,8 +59,17 @@ class Hub:
             events=EventLog(clock, bus),
             workspace=workspace,
         )
+        self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
         self.identity = Identity(self.ctx)
         self.mail = Mail(self.ctx, self.identity)
+        self.mailroom = Mailroom(self.ctx, self.identity)
+        self.channels = Channels(self.ctx, self.identity)
+        self.turns = Turns(self.ctx, self.mail)
+        self._remote = RemoteRuntime(self.turns)
+        self.tasks = TaskRunner(self.ctx, self.identity, self.channels, self.runtime_for, self.id)
+        self.channels.runner = self.tasks
+        self.tasks.notify_idle_agent = self._notify_idle_agent
+        self.discussions = Discussions(self.ctx, self.identity, self.channels, self.tasks)
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False
@@ -54,12 +82,35 @@ class Hub:
     def bus(self) -> Bus:
         return self.ctx.bus
 
+    def runtime_for(self, agent: Principal) -> Runtime | None:
+        kind = agent.runtime_kind
+        if kind == "remote":
+            return self._remote
+        if kind == "none":
+            return None
+        return self.runtimes.get(agent.id, agent.runtime)
+
+    async def _notify_idle_agent(self, tx: Tx, agent: Principal, message: ChannelMessage) -> None:
+        """An agent without a runtime is not woken by a turn; it finds the work-channel message
+        in its inbox (and any live wait_for_mail wakes)."""
+        await self.mail.deliver_system(
+            tx,
+            agent.id,
+            "notice",
+            f"New message in your work channel from {message.sender_id}",
+            message.content,
+            {"channel_id": message.channel_id, "message_id": message.id},
+        )
+
     async def start(self, *, background: bool = True) -> None:
-        """Open the store (migrating it), create the operator on first start, start sweeps."""
+        """Open the store (migrating it), create the operator on first start, close tasks a
+        dead hub left running, start the sweeps."""
         await self.ctx.store.open()
         self.operator_token = await self.identity.bootstrap_operator()
+        await self.tasks.recover()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
+            self._every(self.settings.stale_sweep_s, self.discussions.remind_stale, "stale")
         self.started = True
 
     def _every(self, seconds: float, fn: Callable[[], Awaitable[object]], name: str) -> None:
@@ -80,6 +131,8 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._background.clear()
+        await self.tasks.stop()
+        await self.runtimes.aclose()
         await self.ctx.bus.close()
         await self.ctx.store.close()
         self.started = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from parley.service.context import ServiceContext
 from parley.service.identity import Identity, require_operator
 
 THREAD_DEPTH = 50
+MAX_WAIT_S = 300.0
 
 
 def inbox_topic(principal_id: str) -> str:
@@ -135,6 +137,42 @@ class Mail:
         )
         return primary
 
+    async def deliver_system(
+        self,
+        tx: Tx,
+        recipient_id: str,
+        kind: m.MailKind,
+        subject: str,
+        body: str = "",
+        payload: dict[str, Any] | None = None,
+        ttl_seconds: int = m.DEFAULT_TTL_SECONDS,
+    ) -> Message:
+        """Mail from the hub itself (turn notices, wake notices) inside an open transaction."""
+        msg = Message(
+            id=new_ulid(),
+            created=self.ctx.clock.now(),
+            ttl_seconds=ttl_seconds,
+            from_kind="system",
+            from_id="system",
+            to_kind="agent",
+            to_id=recipient_id,
+            recipient_id=recipient_id,
+            kind=kind,
+            subject=subject,
+            body=body,
+            payload=payload or {},
+            seq=await tx.next_inbox_seq(recipient_id),
+        )
+        self._deliver(tx, msg)
+        self.ctx.events.record(
+            tx,
+            "mail.sent",
+            actor="system",
+            subject=f"message:{msg.id}",
+            payload={"kind": kind, "to": f"agent:{recipient_id}", "recipients": [recipient_id]},
+        )
+        return msg
+
     def _deliver(self, tx: Tx, msg: Message) -> None:
         tx.insert("messages", msg)
         self._announce(
@@ -221,6 +259,40 @@ class Mail:
         if caller.id == owner:
             await self.mark_delivered(owner, [r.id for r in rows if r.status == "pending"])
         return rows
+
+    async def wait(
+        self, caller: Principal, timeout_s: float, *, owner: str | None = None
+    ) -> list[Message]:
+        """Long poll: the mail not yet delivered to ``owner`` (the caller by default), returned
+        as soon as there is some, or ``[]`` once ``timeout_s`` has passed without any."""
+        owner = owner or caller.id
+        self._check_inbox_owner(caller, owner)
+        if not 0 <= timeout_s <= MAX_WAIT_S:
+            raise InvalidRequest(
+                f"timeout_s {timeout_s!r} is out of range; wait between 0 and {MAX_WAIT_S:g} "
+                "seconds, and wait again if nothing came",
+                code="invalid_timeout",
+            )
+        await self.identity.require(owner)
+        undelivered = InboxFilter(status=["pending"])
+        # Subscribe before reading the store: mail committed between the read and the
+        # subscription would otherwise sit unnoticed until the next message arrives.
+        sub = self.ctx.bus.subscribe([inbox_topic(owner)])
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while True:
+                found = await self.inbox(caller, owner, undelivered)
+                remaining = deadline - loop.time()
+                if found or remaining <= 0:
+                    return found
+                try:
+                    # Any inbox event is only a nudge; the store decides what is new.
+                    await asyncio.wait_for(sub.get(), remaining)
+                except TimeoutError:
+                    return []
+        finally:
+            await sub.close()
 
     async def mark_delivered(self, owner: str, ids: list[str]) -> None:
         if not ids:

@@ -316,11 +316,16 @@ class SqlTx:
             ch.members = await self.channel_members(ch.id)
         return rows
 
-    async def next_channel_seq(self, channel_id: str, *, trigger_id: str | None = None) -> int:
+    async def next_channel_seq(
+        self, channel_id: str, *, trigger_id: str | None = None, now: datetime | None = None
+    ) -> int:
         """Take the next message position of a channel (under its row lock); a trigger message
         also becomes the channel's latest trigger in the same statement."""
         c = s.channels.c
-        values: dict[str, Any] = {"last_seq": c.last_seq + 1, "last_activity": datetime.now(UTC)}
+        values: dict[str, Any] = {
+            "last_seq": c.last_seq + 1,
+            "last_activity": now or datetime.now(UTC),
+        }
         if trigger_id is not None:
             values["last_trigger_id"] = trigger_id
         result = await self._exec(

@@ -11,6 +11,7 @@ from parley import __version__
 from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.service.hub import Hub
+from parley.surfaces.mcp.http import McpEndpoint
 from parley.surfaces.rest import errors
 from parley.surfaces.rest.routers import (
     agents,
@@ -42,7 +43,8 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         if own_hub:
             await the_hub.start()
         try:
-            yield
+            async with mcp_endpoint.run():
+                yield
         finally:
             if own_hub:
                 await the_hub.stop()
@@ -54,6 +56,9 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         lifespan=lifespan,
     )
     app.state.hub = the_hub
+    # The MCP server (S3) at /mcp over Streamable HTTP; its sessions live in this lifespan.
+    mcp_endpoint = McpEndpoint(the_hub)
+    app.add_route("/mcp", mcp_endpoint, include_in_schema=False)
     errors.install(app)
     for module in (health, agents, mail, mailroom, events, streams, channels, turns):
         app.include_router(module.router)

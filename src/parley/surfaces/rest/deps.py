@@ -13,7 +13,9 @@ from parley.service.hub import Hub
 _bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
 
 
-def get_hub(request: Request) -> Hub:
+async def get_hub(request: Request) -> Hub:
+    # Async on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, a thread
+    # hop on every request.
     hub: Hub = request.app.state.hub
     return hub
 
@@ -22,7 +24,7 @@ async def get_caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    hub = get_hub(request)
+    hub: Hub = request.app.state.hub
     token = credentials.credentials if credentials is not None else None
     if token is None:
         # Browsers' EventSource cannot set headers; allow ?token= on stream endpoints only.

@@ -44,8 +44,11 @@ def stream(
     from_live: FromLive,
     order: Sortable,
     on_sent: Callable[[list[SseItem]], Awaitable[None]] | None = None,
+    allow_equal: Callable[[SseItem], bool] | None = None,
     ping_s: int = 15,
 ) -> EventSourceResponse:
+    """Stream backfill then live items, skipping any at or before the last id sent (items for
+    which ``allow_equal`` is true may share the last id, e.g. status updates)."""
     sub = bus.subscribe(topics)
 
     async def events() -> AsyncIterator[dict[str, str]]:
@@ -55,8 +58,13 @@ def stream(
             while True:
                 sent: list[SseItem] = []
                 for item in pending:
-                    if last is not None and order(item.id) <= order(last):
-                        continue
+                    if last is not None:
+                        if order(item.id) < order(last):
+                            continue
+                        if order(item.id) == order(last) and not (
+                            allow_equal is not None and allow_equal(item)
+                        ):
+                            continue
                     last = item.id
                     sent.append(item)
                     yield {"id": item.id, "event": item.event, "data": json.dumps(item.data)}

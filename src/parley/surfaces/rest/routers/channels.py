@@ -1,9 +1,256 @@
-"""REST routes for channels (filled in as the feature lands)."""
+"""Channels, discussions, group sessions (C14) and tasks."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any, Literal
 
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+from sse_starlette.sse import EventSourceResponse
+
+from parley.core.channels import Channel, ChannelMessage, Invocation, Task
+from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
+from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
+from parley.surfaces.rest.sse import SseItem, last_event_id, stream
 
-router = APIRouter(tags=["channels"], responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES)
+
+
+class PrivateChannelRequest(BaseModel):
+    """create_private_channel (C3); with callbackChannelId it opens a discussion."""
+
+    name: str = Field(min_length=1, max_length=200)
+    members: list[str] = Field(default_factory=list, max_length=64)
+    callbackChannelId: str | None = Field(default=None, max_length=64)
+    discussGuide: str | None = Field(default=None, max_length=20_000)
+
+
+class PostRequest(BaseModel):
+    content: str = Field(min_length=1, max_length=100_000)
+    reply_to: str | None = Field(default=None, max_length=64)
+
+
+class CallbackRequest(BaseModel):
+    summaryPath: str = Field(min_length=1, max_length=4096)
+
+
+class CloseRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class GroupSessionRequest(BaseModel):
+    """C14: a group chat with bounded multi-round discussions."""
+
+    name: str = Field(min_length=1, max_length=200)
+    kind: Literal["group"] = "group"
+    members: list[str] = Field(default_factory=list, max_length=64)
+    discussion_rounds: int = 3
+
+
+# -- channels ----------------------------------------------------------------------------------
+@router.post("/v1/channels", response_model=Channel, status_code=201, tags=["channels"])
+async def create_channel(spec: ChannelSpec, caller: Caller, hub: HubDep) -> Channel:
+    """Create a group or direct channel; the caller becomes a member."""
+    return await hub.channels.create(caller, spec)
+
+
+@router.post("/v1/channels/private", response_model=Channel, status_code=201, tags=["discussions"])
+async def create_private_channel(
+    body: PrivateChannelRequest, caller: Caller, hub: HubDep
+) -> Channel:
+    """A private channel; with callbackChannelId + discussGuide a moderated discussion that
+    reports back to that channel."""
+    return await hub.discussions.create_private_channel(
+        caller, body.name, body.members, body.callbackChannelId, body.discussGuide
+    )
+
+
+@router.get("/v1/channels", response_model=list[Channel], tags=["channels"])
+async def list_channels(caller: Caller, hub: HubDep) -> list[Channel]:
+    """Channels the caller is a member of (all, for the operator)."""
+    return await hub.channels.visible(caller)
+
+
+@router.get("/v1/channels/{channel_id}", response_model=Channel, tags=["channels"])
+async def get_channel(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
+    return await hub.channels.get(caller, channel_id)
+
+
+@router.patch("/v1/channels/{channel_id}", response_model=Channel, tags=["channels"])
+async def update_channel(
+    channel_id: str, patch: ChannelPatch, caller: Caller, hub: HubDep
+) -> Channel:
+    """Change members or rounds; a running discussion keeps its snapshot."""
+    return await hub.channels.update(caller, channel_id, patch)
+
+
+@router.get(
+    "/v1/channels/{channel_id}/messages", response_model=list[ChannelMessage], tags=["channels"]
+)
+async def channel_messages(
+    channel_id: str,
+    caller: Caller,
+    hub: HubDep,
+    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> list[ChannelMessage]:
+    """Messages in channel order."""
+    return await hub.channels.messages(
+        caller, channel_id, after_seq=after_seq, latest=latest, limit=limit
+    )
+
+
+@router.post(
+    "/v1/channels/{channel_id}/messages", response_model=Posted, status_code=201, tags=["channels"]
+)
+async def post_message(channel_id: str, body: PostRequest, caller: Caller, hub: HubDep) -> Posted:
+    """Post as the caller; may wake an agent or start (supersede) a discussion task."""
+    return await hub.channels.post(caller, channel_id, body.content, reply_to=body.reply_to)
+
+
+@router.get(
+    "/v1/channels/{channel_id}/stream",
+    response_class=EventSourceResponse,
+    tags=["streams"],
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"}},
+)
+async def channel_stream(
+    channel_id: str, request: Request, caller: Caller, hub: HubDep, last_id: str | None = None
+) -> EventSourceResponse:
+    """Messages (event ``message``, id = channel seq) and task updates (event ``task``) live;
+    resumable with Last-Event-ID."""
+    await hub.channels.get(caller, channel_id)
+    after = last_event_id(request, last_id)
+    if after is not None and not after.isdigit():
+        after = None
+    last_task_seq = {"value": 0}
+
+    async def backfill(last: str | None) -> list[SseItem]:
+        items: list[SseItem] = []
+        after_seq = int(last) if last else 0
+        async with hub.store.read() as tx:
+            while True:
+                rows = await tx.channel_messages(channel_id, after_seq=after_seq, limit=1000)
+                items += [SseItem(str(r.seq), "message", r.model_dump(mode="json")) for r in rows]
+                if len(rows) < 1000:
+                    break
+                after_seq = rows[-1].seq
+        last_task_seq["value"] = int(items[-1].id) if items else after_seq
+        return items
+
+    def from_live(data: dict[str, Any]) -> SseItem | None:
+        if data.get("type") == "message":
+            last_task_seq["value"] = int(data["seq"])
+            return SseItem(str(data["seq"]), "message", data["message"])
+        if data.get("type") == "task":
+            # Task updates carry the id of the last message so a resume stays in order.
+            return SseItem(f"{last_task_seq['value']}", "task", data["task"])
+        return None
+
+    def order(item_id: str) -> tuple[int, int]:
+        return (int(item_id), 0)
+
+    return stream(
+        request,
+        hub.bus,
+        [channel_topic(channel_id)],
+        after=after,
+        backfill=backfill,
+        from_live=from_live,
+        order=order,
+        allow_equal=lambda item: item.event == "task",
+    )
+
+
+# -- discussions -------------------------------------------------------------------------------
+@router.post("/v1/channels/{channel_id}/callback", response_model=Channel, tags=["discussions"])
+async def discuss_callback(
+    channel_id: str, body: CallbackRequest, caller: Caller, hub: HubDep
+) -> Channel:
+    """The initiator finishes the discussion with its summary file (C8)."""
+    return await hub.discussions.callback(caller, channel_id, body.summaryPath)
+
+
+@router.post("/v1/channels/{channel_id}/close", response_model=Channel, tags=["discussions"])
+async def force_close(channel_id: str, body: CloseRequest, caller: Caller, hub: HubDep) -> Channel:
+    """Operator: close a discussion that will not finish (C15)."""
+    return await hub.discussions.force_close(caller, channel_id, body.reason)
+
+
+# -- tasks -------------------------------------------------------------------------------------
+@router.get("/v1/channels/{channel_id}/tasks", response_model=list[Task], tags=["tasks"])
+async def channel_tasks(channel_id: str, caller: Caller, hub: HubDep) -> list[Task]:
+    return await hub.tasks.of_channel(caller, channel_id)
+
+
+@router.get("/v1/tasks/{task_id}", response_model=Task, tags=["tasks"])
+async def get_task(task_id: str, caller: Caller, hub: HubDep) -> Task:
+    """A task with its snapshot (members, rounds), progress and end reason."""
+    return await hub.tasks.get(caller, task_id)
+
+
+@router.delete("/v1/tasks/{task_id}", response_model=Task, tags=["tasks"])
+async def cancel_task(task_id: str, caller: Caller, hub: HubDep) -> Task:
+    """Cancel a running task."""
+    return await hub.tasks.cancel(caller, task_id)
+
+
+@router.get("/v1/tasks/{task_id}/invocations", response_model=list[Invocation], tags=["tasks"])
+async def task_invocations(task_id: str, caller: Caller, hub: HubDep) -> list[Invocation]:
+    """The trace of every runtime call of a task (C13)."""
+    return await hub.tasks.invocations(caller, task_id)
+
+
+# -- C14 group sessions ------------------------------------------------------------------------
+@router.post("/v1/im/sessions", response_model=Channel, status_code=201, tags=["groups"])
+async def create_group(body: GroupSessionRequest, caller: Caller, hub: HubDep) -> Channel:
+    return await hub.channels.create(
+        caller,
+        ChannelSpec(
+            name=body.name,
+            kind="group",
+            members=body.members,
+            discussion_rounds=body.discussion_rounds,
+        ),
+    )
+
+
+@router.get("/v1/im/sessions", response_model=list[Channel], tags=["groups"])
+async def list_groups(caller: Caller, hub: HubDep) -> list[Channel]:
+    return [c for c in await hub.channels.visible(caller) if c.kind == "group"]
+
+
+@router.get("/v1/im/sessions/{channel_id}", response_model=Channel, tags=["groups"])
+async def get_group(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
+    return await hub.channels.get(caller, channel_id)
+
+
+@router.post(
+    "/v1/im/sessions/{channel_id}/messages",
+    response_model=Posted,
+    status_code=201,
+    tags=["groups"],
+)
+async def post_group(channel_id: str, body: PostRequest, caller: Caller, hub: HubDep) -> Posted:
+    """Starts a discussion, or supersedes the running one."""
+    return await hub.channels.post(caller, channel_id, body.content, reply_to=body.reply_to)
+
+
+@router.get(
+    "/v1/im/sessions/{channel_id}/messages", response_model=list[ChannelMessage], tags=["groups"]
+)
+async def group_messages(
+    channel_id: str,
+    caller: Caller,
+    hub: HubDep,
+    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> list[ChannelMessage]:
+    return await hub.channels.messages(caller, channel_id, after_seq=after_seq, limit=limit)
+
+
+@router.get("/v1/im/sessions/{channel_id}/tasks", response_model=list[Task], tags=["groups"])
+async def group_tasks(channel_id: str, caller: Caller, hub: HubDep) -> list[Task]:
+    return await hub.tasks.of_channel(caller, channel_id)

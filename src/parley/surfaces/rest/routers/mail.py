@@ -64,6 +64,13 @@ async def inbox(
     return await hub.mail.inbox(caller, owner, flt)
 
 
+@router.get("/v1/agents/{owner}/inbox/wait", response_model=list[Message])
+async def wait(owner: str, caller: Caller, hub: HubDep, timeout_s: float = 30.0) -> list[Message]:
+    """Long poll: mail not yet delivered to the inbox, as soon as some arrives (marking it
+    delivered), or an empty list after ``timeout_s`` seconds (at most 300)."""
+    return await hub.mail.wait(caller, timeout_s, owner=owner)
+
+
 @router.get("/v1/agents/{owner}/summary", response_model=MailSummary)
 async def summary(owner: str, caller: Caller, hub: HubDep) -> MailSummary:
     """Unread, in progress, age of the oldest pending message, open blockers."""

@@ -1,0 +1,286 @@
+"""Discussion rules that need no I/O: the template moderator's messages (C4), speaker prompts
+(C5), reply parsing for silence and end votes (C6, C7), member snapshots (C12) and the decision
+of how a round ends.
+
+The moderator uses no model: every message it posts is one of the templates below, with the
+wording of source 000 §7 and §9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from parley.core.channels import MAX_MEMBERS, TRANSCRIPT_WINDOW, ChannelMessage
+from parley.core.errors import InvalidRequest
+from parley.core.runtime import DONE_MARKER, NO_REPLY, Prompt, TranscriptEntry
+
+MIN_ROUNDS, MAX_ROUNDS = 1, 5
+# Each transcript entry is capped so one huge message cannot blow the prompt; the cap is marked.
+ENTRY_CHAR_CAP = 4000
+TRUNCATION_MARK = " …[truncated]"
+
+
+def kickoff(guide: str) -> str:
+    return f"""[Discussion Started]
+
+This channel was created for a temporary agent discussion.
+
+Goal:
+{guide}
+
+Instructions:
+1. Discuss only the topic above.
+2. Work toward a concrete conclusion.
+3. When the initiator decides the goal has been achieved, the initiator must:
+   - write a summary document to a file
+   - call the tool: discuss-callback
+   - provide the summary document path
+
+Completion rule:
+Only the discussion initiator may finish this discussion.
+
+After callback:
+- this channel will be closed
+- further discussion messages will be ignored
+- this channel will remain only for archive/reference
+- the original work channel will be notified with the summary file path"""
+
+
+IDLE_REMINDER = """[Discussion Idle]
+
+No agent responded in the latest discussion round.
+If the discussion goal has been achieved, the initiator should now:
+1. write the discussion summary to a file in the workspace
+2. call discuss-callback with the summary file path
+
+If more discussion is still needed, continue the discussion in this channel."""
+
+CHANNEL_CLOSED = """[Channel Closed]
+
+This discussion channel has been closed.
+It is now kept for archive/reference only.
+Further discussion in this channel is ignored."""
+
+
+def rounds_ended(reason: str, rounds: int) -> str:
+    """Posted in a discussion channel when a run of rounds ends without the callback."""
+    why = {
+        "unanimous": "every participant voted to end in the same round",
+        "max_rounds": f"the round limit ({rounds}) was reached",
+    }.get(reason, reason)
+    return f"""[Discussion Rounds Ended]
+
+The discussion rounds stopped: {why}.
+This does not verify any conclusion. The initiator should now:
+1. write the discussion summary to a file in the workspace
+2. call discuss-callback with the summary file path
+
+If more discussion is still needed, post in this channel to start more rounds."""
+
+
+def stale_reminder(idle_minutes: int) -> str:
+    return f"""[Discussion Stale]
+
+This discussion has been idle for {idle_minutes} minutes.
+If the discussion goal has been achieved, the initiator should now:
+1. write the discussion summary to a file in the workspace
+2. call discuss-callback with the summary file path
+
+An operator may force-close a discussion that is no longer needed."""
+
+
+def result_ready(summary_path: str, discussion_channel_id: str) -> str:
+    return f"""[Discussion Result Ready]
+
+A temporary discussion has completed.
+
+Summary file:
+{summary_path}
+
+Source discussion channel:
+<#{discussion_channel_id}>
+
+Status:
+completed
+
+Continue the original task using the summary file above."""
+
+
+def force_closed(discussion_channel_id: str, reason: str) -> str:
+    return f"""[Discussion Closed]
+
+The discussion in <#{discussion_channel_id}> was closed by the operator without a summary.
+
+Reason:
+{reason}
+
+Continue the original task without it."""
+
+
+def interrupted(reason: str) -> str:
+    return f"""[Discussion Interrupted]
+
+The running discussion was stopped: {reason}.
+Messages already posted are kept. Post a new message in this channel to start again."""
+
+
+# -- members and rounds --------------------------------------------------------------------------
+def snapshot_members(members: Iterable[str]) -> list[str]:
+    """Deduplicate keeping first-seen order (a member listed twice speaks and votes once)."""
+    seen: dict[str, None] = {}
+    for member in members:
+        seen.setdefault(member, None)
+    out = list(seen)
+    if len(out) > MAX_MEMBERS:
+        raise InvalidRequest(
+            f"a discussion has at most {MAX_MEMBERS} members; got {len(out)}",
+            code="too_many_members",
+        )
+    return out
+
+
+def check_rounds(rounds: int) -> int:
+    if not MIN_ROUNDS <= rounds <= MAX_ROUNDS:
+        raise InvalidRequest(
+            f"discussion_rounds must be between {MIN_ROUNDS} and {MAX_ROUNDS}; got {rounds!r}",
+            code="invalid_rounds",
+        )
+    return rounds
+
+
+def check_private_channel_args(callback_channel_id: str | None, guide: str | None) -> None:
+    """C3: callbackChannelId switches discussion mode on, and then discussGuide is required."""
+    if callback_channel_id is None:
+        if guide:
+            raise InvalidRequest(
+                "discussGuide is only meaningful with callbackChannelId; pass the origin channel "
+                "id as callbackChannelId to open a discussion, or drop discussGuide",
+                code="guide_without_callback",
+            )
+        return
+    if not callback_channel_id.strip():
+        raise InvalidRequest("callbackChannelId is empty", code="invalid_callback_channel")
+    if not guide or not guide.strip():
+        raise InvalidRequest(
+            "discussGuide is required with callbackChannelId: say what to discuss and what "
+            "conclusion is wanted",
+            code="guide_required",
+        )
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A runtime's text, interpreted: silent (NO_REPLY), a vote to end, and what to post."""
+
+    content: str
+    silent: bool
+    voted_done: bool
+
+
+def parse_reply(text: str) -> Reply:
+    """Strip a trailing ``[[DISCUSSION_DONE]]`` (the vote never appears in stored text)."""
+    body = text.rstrip()
+    if body.strip() == NO_REPLY:
+        return Reply("", silent=True, voted_done=False)
+    voted = body.endswith(DONE_MARKER)
+    if voted:
+        body = body[: -len(DONE_MARKER)].rstrip()
+    if body.strip() == NO_REPLY:
+        return Reply("", silent=True, voted_done=voted)
+    # A vote with no words is still a turn: post a short marker so the transcript shows it.
+    return Reply(body if body else "(agrees to end the discussion)", silent=False, voted_done=voted)
+
+
+@dataclass
+class RoundTally:
+    """What happened in one round: who spoke and who voted to end."""
+
+    number: int
+    spoke: set[str] = field(default_factory=set)
+    voted: set[str] = field(default_factory=set)
+
+    def unanimous(self, members: Sequence[str]) -> bool:
+        return bool(members) and all(m in self.voted for m in members)
+
+    @property
+    def silent(self) -> bool:
+        return not self.spoke
+
+
+# -- prompts --------------------------------------------------------------------------------------
+def _entry(msg: ChannelMessage, names: dict[str, str]) -> TranscriptEntry:
+    content = msg.content
+    if len(content) > ENTRY_CHAR_CAP:
+        content = content[:ENTRY_CHAR_CAP] + TRUNCATION_MARK
+    role = {"agent": "agent", "human": "user", "moderator": "moderator", "system": "system"}[
+        msg.sender_kind
+    ]
+    return TranscriptEntry(
+        id=msg.id, speaker=names.get(msg.sender_id, msg.sender_id), role=role, content=content
+    )
+
+
+def transcript_window(
+    messages: Sequence[ChannelMessage], window: int = TRANSCRIPT_WINDOW
+) -> list[ChannelMessage]:
+    """The most recent ``window`` messages (C5)."""
+    return list(messages[-window:])
+
+
+def build_prompt(
+    *,
+    agent_id: str,
+    agent_name: str,
+    persona: str,
+    mode: str,
+    members: Sequence[str],
+    names: dict[str, str],
+    round_number: int,
+    rounds: int,
+    task: str,
+    window: Sequence[ChannelMessage],
+) -> Prompt:
+    """The prompt of one speaker in one round (C5). The task stays in its own section even when
+    its message has left the transcript window; transcript text is quoted, not instructions."""
+    roster = ", ".join(f"{names.get(m, m)} ({m})" for m in members)
+    kind = "moderated discussion" if mode == "discussion" else "group discussion"
+    system = (
+        f"You are {agent_name} (id {agent_id}).\n"
+        + (f"{persona.strip()}\n" if persona.strip() else "")
+        + f"You take part in a {kind} with: {roster}.\n"
+        + f"This is round {round_number} of {rounds}."
+    )
+    if mode == "wake":
+        system = (
+            f"You are {agent_name} (id {agent_id}).\n"
+            + (f"{persona.strip()}\n" if persona.strip() else "")
+            + "This is your work channel. A new message arrived for you."
+        )
+        instructions = (
+            "Answer the latest message in your work channel. If it is a discussion result, read "
+            "the summary file it names and continue your original task. "
+            f"If nothing needs an answer, reply exactly {NO_REPLY}."
+        )
+    elif round_number == 1:
+        instructions = (
+            "State your position on the task and ask the other participants concrete questions "
+            "about what is unclear or risky. Be specific and brief."
+        )
+    else:
+        instructions = (
+            "Answer the questions the others asked you, test the assumptions made so far "
+            "(yours included), and refine the proposal. Do not repeat what was already said."
+        )
+    if mode != "wake":
+        instructions += (
+            f"\nIf you have nothing to add, reply exactly {NO_REPLY}. If you think the discussion "
+            f"can end, finish your reply with {DONE_MARKER} — it ends early only if every "
+            "participant does so in the same round."
+        )
+    return Prompt(
+        system=system,
+        task=task,
+        transcript=tuple(_entry(m, names) for m in window),
+        instructions=instructions,
+    )

@@ -1,0 +1,278 @@
+"""Channels (C1, C2): creation, membership, visibility and posting. Every message is persisted
+before it is published, and the sender is always the caller the server authenticated."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from parley.core import discussion as d
+from parley.core.channels import Channel, ChannelMessage, LogicalSession, SenderKind
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
+from parley.core.ids import new_id, new_ulid
+from parley.core.ports import Tx
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+
+if TYPE_CHECKING:
+    from parley.service.tasks import TaskRunner
+
+MAX_CONTENT = 100_000
+
+
+def channel_topic(channel_id: str) -> str:
+    return f"channel:{channel_id}"
+
+
+class ChannelSpec(BaseModel):
+    """A new group or direct channel."""
+
+    name: str = Field(min_length=1, max_length=200)
+    kind: Literal["group", "direct"] = "group"
+    members: list[str] = Field(default_factory=list, max_length=200)
+    discussion_rounds: int = Field(default=3)
+    private: bool = False
+    turn_timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    missed_turn_policy: Literal["fail", "no_reply"] = "fail"
+
+
+class ChannelPatch(BaseModel):
+    members: list[str] | None = Field(default=None, max_length=200)
+    discussion_rounds: int | None = None
+
+
+class Posted(BaseModel):
+    """A posted message and the task it started, if any."""
+
+    message: ChannelMessage
+    task_id: str | None = None
+
+
+class Channels:
+    """The channel service."""
+
+    def __init__(self, ctx: ServiceContext, identity: Identity) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.runner: TaskRunner | None = None  # set by the hub (tasks need channels and back)
+
+    # -- visibility -------------------------------------------------------------------------------
+    def can_see(self, caller: Principal, channel: Channel) -> bool:
+        return (
+            caller.is_operator
+            or caller.id in channel.members
+            or caller.id == channel.created_by
+            or caller.id == channel.owner_agent_id
+        )
+
+    async def get(self, caller: Principal, channel_id: str, tx: Tx | None = None) -> Channel:
+        if tx is None:
+            async with self.ctx.store.read() as rtx:
+                channel = await rtx.get_channel(channel_id)
+        else:
+            channel = await tx.get_channel(channel_id)
+        if channel is None or channel.status == "deleted":
+            raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+        if not self.can_see(caller, channel):
+            raise PermissionDenied(
+                f"{caller.id!r} is not a member of channel {channel_id!r}",
+                code="channel_forbidden",
+            )
+        return channel
+
+    async def visible(self, caller: Principal) -> list[Channel]:
+        async with self.ctx.store.read() as tx:
+            rows = await tx.channels_of(None if caller.is_operator else caller.id)
+        return [c for c in rows if c.status != "deleted"]
+
+    async def _check_members(self, tx: Tx, members: list[str]) -> list[str]:
+        members = d.snapshot_members(m.strip() for m in members)
+        for member in members:
+            found = await self.identity.get(member, tx)
+            if found is None:
+                raise NotFound(f"member {member!r} does not exist", code="member_not_found")
+        return members
+
+    # -- creation ---------------------------------------------------------------------------------
+    async def create(self, caller: Principal, spec: ChannelSpec) -> Channel:
+        rounds = d.check_rounds(spec.discussion_rounds)
+        if spec.kind == "direct" and len(set(spec.members) | {caller.id}) != 2:
+            raise InvalidRequest(
+                "a direct channel has exactly two members: you and one other",
+                code="direct_needs_two",
+            )
+
+        async def job(tx: Tx) -> Channel:
+            members = await self._check_members(tx, [caller.id, *spec.members])
+            channel = Channel(
+                id=new_ulid(),
+                name=spec.name,
+                kind=spec.kind,
+                private=spec.private or spec.kind == "direct",
+                created_by=caller.id,
+                created=self.ctx.clock.now(),
+                discussion_rounds=rounds,
+                turn_timeout_s=spec.turn_timeout_s or self.ctx.settings.turn_timeout_s,
+                missed_turn_policy=spec.missed_turn_policy,
+                members=members,
+            )
+            self._insert_channel(tx, channel, caller.id)
+            await tx.flush()
+            await tx.set_members(channel.id, members)
+            return channel
+
+        return await self.ctx.store.write(job)
+
+    def _insert_channel(self, tx: Tx, channel: Channel, actor: str) -> None:
+        tx.insert("channels", channel)
+        self.ctx.events.record(
+            tx,
+            "channel.created",
+            actor=actor,
+            subject=f"channel:{channel.id}",
+            payload={"kind": channel.kind, "members": channel.members, "name": channel.name},
+        )
+
+    async def update(self, caller: Principal, channel_id: str, patch: ChannelPatch) -> Channel:
+        """Change members or rounds; a running task keeps its snapshot (C12)."""
+
+        async def job(tx: Tx) -> Channel:
+            channel = await self.get(caller, channel_id, tx)
+            if not (caller.is_operator or caller.id == channel.created_by):
+                raise PermissionDenied(
+                    "only the channel's creator or the operator may change it",
+                    code="channel_owner_only",
+                )
+            if channel.kind == "work":
+                raise Conflict("a work channel's members cannot change", code="work_channel_fixed")
+            values: dict[str, Any] = {}
+            if patch.discussion_rounds is not None:
+                values["discussion_rounds"] = d.check_rounds(patch.discussion_rounds)
+                await tx.update("channels", channel_id, **values)
+            if patch.members is not None:
+                members = await self._check_members(tx, [channel.created_by, *patch.members])
+                await tx.set_members(channel_id, members)
+                channel.members = members
+            self.ctx.events.record(
+                tx,
+                "channel.updated",
+                actor=caller.id,
+                subject=f"channel:{channel_id}",
+                payload={**values, "members": channel.members},
+            )
+            return channel.model_copy(update=values)
+
+        return await self.ctx.store.write(job)
+
+    # -- sessions ---------------------------------------------------------------------------------
+    async def session(self, tx: Tx, agent: Principal, channel_id: str) -> LogicalSession:
+        """The agent's session in a channel, created on first use (W1)."""
+        found = await tx.session_for(agent.id, channel_id)
+        if found is not None:
+            return found
+        session = LogicalSession(
+            id=new_id("vs-"),
+            agent_id=agent.id,
+            channel_id=channel_id,
+            display_name=f"{agent.display_name} / {channel_id[-6:].lower()}",
+            created=self.ctx.clock.now(),
+        )
+        tx.insert("sessions", session)
+        await tx.flush()
+        return session
+
+    # -- messages ---------------------------------------------------------------------------------
+    async def messages(
+        self,
+        caller: Principal,
+        channel_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+    ) -> list[ChannelMessage]:
+        await self.get(caller, channel_id)
+        async with self.ctx.store.read() as tx:
+            return await tx.channel_messages(
+                channel_id, after_seq=after_seq, latest=latest, limit=limit
+            )
+
+    async def append(
+        self,
+        tx: Tx,
+        channel_id: str,
+        *,
+        sender_id: str,
+        sender_kind: SenderKind,
+        content: str,
+        trigger: bool = False,
+        reply_to: str | None = None,
+        trigger_id: str | None = None,
+        task_id: str | None = None,
+        round: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ChannelMessage:
+        """Append a message inside ``tx`` and publish it after commit. A ``trigger`` message
+        becomes the channel's latest trigger in the same row update (C10)."""
+        message_id = new_ulid()
+        now = self.ctx.clock.now()
+        seq = await tx.next_channel_seq(
+            channel_id, trigger_id=message_id if trigger else None, now=now
+        )
+        message = ChannelMessage(
+            id=message_id,
+            channel_id=channel_id,
+            seq=seq,
+            sender_id=sender_id,
+            sender_kind=sender_kind,
+            content=content,
+            reply_to=reply_to,
+            trigger_id=message_id if trigger else trigger_id,
+            task_id=task_id,
+            round=round,
+            metadata=metadata or {},
+            created=now,
+        )
+        tx.insert("channel_messages", message)
+        self.ctx.events.record(
+            tx,
+            "channel.message",
+            actor=sender_id,
+            subject=f"channel:{channel_id}",
+            payload={"message_id": message_id, "seq": seq, "round": round, "task_id": task_id},
+        )
+        data = {"type": "message", "seq": seq, "message": message.model_dump(mode="json")}
+        topic = channel_topic(channel_id)
+        bus = self.ctx.bus
+        tx.after_commit(lambda: bus.publish(topic, data))
+        return message
+
+    async def post(
+        self, caller: Principal, channel_id: str, content: str, *, reply_to: str | None = None
+    ) -> Posted:
+        """Post as the caller. In a work channel a message from anyone but its agent wakes the
+        agent (C2); in a group or discussion channel it starts (or supersedes) a discussion
+        task (C10); in a closed discussion the moderator only answers that it is closed (C8)."""
+        if not content.strip():
+            raise InvalidRequest("message content is empty", code="empty_message")
+        if len(content) > MAX_CONTENT:
+            raise InvalidRequest(
+                f"message content is {len(content)} characters; the limit is {MAX_CONTENT}",
+                code="message_too_long",
+            )
+        assert self.runner is not None
+        return await self.runner.post_trigger(caller, channel_id, content, reply_to=reply_to)
+
+    async def post_as_moderator(
+        self, tx: Tx, channel_id: str, content: str, **kw: Any
+    ) -> ChannelMessage:
+        return await self.append(
+            tx, channel_id, sender_id=MODERATOR_ID, sender_kind="moderator", content=content, **kw
+        )
+
+    async def post_as_system(self, tx: Tx, channel_id: str, content: str) -> ChannelMessage:
+        return await self.append(
+            tx, channel_id, sender_id=SYSTEM_ID, sender_kind="system", content=content
+        )

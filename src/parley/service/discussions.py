@@ -1,0 +1,283 @@
+"""Discussion channels (C3, C4, C8, C9, C15): a private channel opened by a working agent, driven
+by the template moderator, finished only by the initiator's callback with a summary file, which
+wakes the session that asked.
+
+Origin, initiator and workspace always come from the metadata recorded at creation, never from
+the caller of the callback: an agent cannot redirect a result to another channel or claim to be
+the initiator.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from parley.core import discussion as d
+from parley.core.channels import Channel
+from parley.core.clock import iso
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import Principal
+from parley.core.ids import new_ulid
+from parley.core.ports import Tx
+from parley.core.runtime import NO_REPLY
+from parley.service.channels import Channels
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity, require_operator
+from parley.service.tasks import TaskRunner
+
+
+class Discussions:
+    """Opens, finishes and closes discussion channels."""
+
+    def __init__(
+        self, ctx: ServiceContext, identity: Identity, channels: Channels, runner: TaskRunner
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        self.runner = runner
+
+    async def create_private_channel(
+        self,
+        caller: Principal,
+        name: str,
+        members: list[str],
+        callback_channel_id: str | None = None,
+        discuss_guide: str | None = None,
+    ) -> Channel:
+        """C3: without ``callback_channel_id`` a plain private group channel; with it a
+        discussion channel whose kickoff starts the rounds."""
+        d.check_private_channel_args(callback_channel_id, discuss_guide)
+        if not name.strip():
+            raise InvalidRequest("channel name is empty", code="invalid_name")
+        if callback_channel_id is None:
+            from parley.service.channels import ChannelSpec
+
+            return await self.channels.create(
+                caller, ChannelSpec(name=name, kind="group", members=members, private=True)
+            )
+        if caller.kind != "agent":
+            raise PermissionDenied(
+                "a discussion is opened by a working agent from its session; humans create "
+                "group channels instead",
+                code="initiator_must_be_agent",
+            )
+        superseded: list[str] = []
+
+        async def job(tx: Tx) -> tuple[Channel, Any]:
+            superseded.clear()
+            origin = await tx.get_channel(callback_channel_id)
+            if origin is None or origin.status == "deleted":
+                raise NotFound(
+                    f"callbackChannelId {callback_channel_id!r} is not a channel",
+                    code="callback_channel_not_found",
+                )
+            if caller.id not in origin.members:
+                raise PermissionDenied(
+                    f"{caller.id!r} is not in the callback channel {callback_channel_id!r}; a "
+                    "discussion reports back to a channel of the agent that opens it",
+                    code="callback_channel_forbidden",
+                )
+            session = await self.channels.session(tx, caller, origin.id)
+            all_members = await self.channels._check_members(tx, [caller.id, *members])
+            now = self.ctx.clock.now()
+            channel_id = new_ulid()
+            metadata = {
+                "mode": "discussion",
+                "discussionChannelId": channel_id,
+                "originChannelId": origin.id,
+                "initiatorAgentId": caller.id,
+                "initiatorSessionId": session.id,
+                "discussGuide": discuss_guide,
+                "status": "active",
+                "createdAt": iso(now),
+                "summaryPath": None,
+                "completedAt": None,
+            }
+            channel = Channel(
+                id=channel_id,
+                name=name,
+                kind="discussion",
+                private=True,
+                created_by=caller.id,
+                created=now,
+                discussion_rounds=origin.discussion_rounds if origin.kind != "work" else 3,
+                turn_timeout_s=self.ctx.settings.turn_timeout_s,
+                metadata=metadata,
+                members=all_members,
+            )
+            self.channels._insert_channel(tx, channel, caller.id)
+            await tx.flush()
+            await tx.set_members(channel_id, all_members)
+            kickoff = await self.channels.post_as_moderator(
+                tx, channel_id, d.kickoff(discuss_guide or ""), trigger=True
+            )
+            task = await self.runner.start_task(tx, channel, kickoff, superseded)
+            return channel, task
+
+        channel, task = await self.ctx.store.write(job)
+        self.runner._after_start(task, superseded)
+        return channel
+
+    async def callback(self, caller: Principal, channel_id: str, summary_path: str) -> Channel:
+        """C8: only from the discussion channel, by its initiator, with a summary file that
+        exists inside the initiator's workspace, once. Each refusal has its own code."""
+        superseded: list[str] = []
+
+        async def job(tx: Tx) -> tuple[Channel, Any]:
+            superseded.clear()
+            channel = await tx.get_channel(channel_id, for_update=True)
+            if channel is None or channel.status == "deleted":
+                raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            meta = dict(channel.metadata)
+            if channel.kind != "discussion" or meta.get("mode") != "discussion":
+                raise InvalidRequest(
+                    f"channel {channel_id!r} is not a discussion channel; discuss_callback only "
+                    "finishes discussions opened with callbackChannelId",
+                    code="not_discussion_channel",
+                )
+            if caller.id != meta.get("initiatorAgentId"):
+                raise PermissionDenied(
+                    f"only the initiator {meta.get('initiatorAgentId')!r} may finish this "
+                    f"discussion; {caller.id!r} is a participant",
+                    code="not_initiator",
+                )
+            if meta.get("status") != "active":
+                raise Conflict(
+                    f"discussion {channel_id!r} is already {meta.get('status')!r}; a "
+                    "discussion is finished once",
+                    code="already_completed",
+                )
+            initiator = await self.identity.require(caller.id, tx)
+            if not initiator.workspace:
+                raise InvalidRequest(
+                    f"{caller.id!r} has no workspace directory; the operator must set one "
+                    "before it can hand in a summary",
+                    code="no_workspace",
+                )
+            resolved = self.ctx.workspace.resolve_inside(initiator.workspace, summary_path)
+            now = self.ctx.clock.now()
+            meta.update({"summaryPath": str(resolved), "status": "closed", "completedAt": iso(now)})
+            await tx.update("channels", channel_id, metadata=meta, status="closed")
+            await self._silence_sessions(tx, channel)
+            t = tx.table("tasks").c
+            for old in await tx.select("tasks", t.channel_id == channel_id, t.status == "running"):
+                await tx.update("tasks", old.id, cancel_requested=True)
+                superseded.append(old.id)
+            self.ctx.events.record(
+                tx,
+                "discussion.completed",
+                actor=caller.id,
+                subject=f"channel:{channel_id}",
+                payload={"summaryPath": str(resolved), "origin": meta["originChannelId"]},
+            )
+            # C9: the result-ready message in the origin channel wakes the origin session.
+            origin = await tx.get_channel(meta["originChannelId"], for_update=True)
+            task = None
+            if origin is not None and origin.status == "active":
+                ready = await self.channels.post_as_moderator(
+                    tx,
+                    origin.id,
+                    d.result_ready(str(resolved), channel_id),
+                    trigger=True,
+                    metadata={"discussionChannelId": channel_id, "summaryPath": str(resolved)},
+                )
+                task = await self.runner.start_task(tx, origin, ready, [])
+            return channel.model_copy(update={"metadata": meta, "status": "closed"}), task
+
+        channel, task = await self.ctx.store.write(job)
+        self.runner._after_start(task, superseded)
+        return channel
+
+    async def _silence_sessions(self, tx: Tx, channel: Channel) -> None:
+        """Override every member's session in this channel to NO_REPLY — a per-session override,
+        never the agent's global model (source 000 §7.3)."""
+        for member in channel.members:
+            agent = await self.identity.get(member, tx)
+            if agent is None or agent.kind != "agent":
+                continue
+            session = await self.channels.session(tx, agent, channel.id)
+            await tx.update("sessions", session.id, model_override=NO_REPLY)
+            self.ctx.events.record(
+                tx,
+                "session.override",
+                actor="system",
+                subject=f"session:{session.id}",
+                payload={"model_override": NO_REPLY, "channel_id": channel.id},
+            )
+
+    async def force_close(self, caller: Principal, channel_id: str, reason: str) -> Channel:
+        """C15: the operator closes a discussion that will not finish; the origin is told."""
+        require_operator(caller, "force-close a discussion")
+        if not reason.strip():
+            raise InvalidRequest("give a reason for closing", code="reason_required")
+        superseded: list[str] = []
+
+        async def job(tx: Tx) -> tuple[Channel, Any]:
+            superseded.clear()
+            channel = await tx.get_channel(channel_id, for_update=True)
+            if channel is None or channel.status == "deleted":
+                raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            if channel.status != "active":
+                raise Conflict(f"channel {channel_id!r} is already closed", code="already_closed")
+            meta = dict(channel.metadata)
+            now = self.ctx.clock.now()
+            if meta.get("mode") == "discussion":
+                meta.update({"status": "closed", "closedReason": reason, "closedAt": iso(now)})
+            await tx.update("channels", channel_id, metadata=meta, status="closed")
+            await self._silence_sessions(tx, channel)
+            t = tx.table("tasks").c
+            for old in await tx.select("tasks", t.channel_id == channel_id, t.status == "running"):
+                await tx.update("tasks", old.id, cancel_requested=True)
+                superseded.append(old.id)
+            await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
+            self.ctx.events.record(
+                tx,
+                "discussion.force_closed",
+                actor=caller.id,
+                subject=f"channel:{channel_id}",
+                payload={"reason": reason},
+            )
+            task = None
+            origin_id = meta.get("originChannelId")
+            origin = await tx.get_channel(origin_id, for_update=True) if origin_id else None
+            if origin is not None and origin.status == "active":
+                note = await self.channels.post_as_moderator(
+                    tx, origin.id, d.force_closed(channel_id, reason), trigger=True
+                )
+                task = await self.runner.start_task(tx, origin, note, [])
+            return channel.model_copy(update={"metadata": meta, "status": "closed"}), task
+
+        channel, task = await self.ctx.store.write(job)
+        self.runner._after_start(task, superseded)
+        return channel
+
+    async def remind_stale(self) -> list[str]:
+        """C15: remind the initiator of every active discussion idle past the configured time
+        (once per idle period)."""
+        now = self.ctx.clock.now()
+        stale_s = self.ctx.settings.discussion_stale_s
+
+        async def job(tx: Tx) -> list[str]:
+            c = tx.table("channels").c
+            rows = await tx.select("channels", c.kind == "discussion", c.status == "active")
+            reminded = []
+            for channel in rows:
+                last = channel_last_activity(channel)
+                if last is None or (now - last).total_seconds() < stale_s:
+                    continue
+                if any(lv.task.channel_id == channel.id for lv in self.runner.live.values()):
+                    continue
+                minutes = int((now - last).total_seconds() // 60)
+                await self.channels.post_as_moderator(tx, channel.id, d.stale_reminder(minutes))
+                self.ctx.events.record(
+                    tx, "discussion.stale_reminder", actor="system", subject=f"channel:{channel.id}"
+                )
+                reminded.append(channel.id)
+            return reminded
+
+        return await self.ctx.store.write(job)
+
+
+def channel_last_activity(channel: Channel) -> datetime:
+    return channel.last_activity or channel.created

@@ -1,0 +1,116 @@
+"""Export and import of the mailroom directory format (M9); operator only.
+
+Import keeps each message's id, status and times. A message whose id the hub already holds is
+skipped (never overwritten), so importing the same mailroom twice changes nothing the second
+time; the result lists what was skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from parley.core import mailroom
+from parley.core.errors import NotFound
+from parley.core.identity import SYSTEM_ID, Principal
+from parley.core.mail import FromKind, Message
+from parley.core.mailroom import ImportResult
+from parley.core.ports import Tx
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity, require_operator
+from parley.service.mail import inbox_topic
+
+_ID_CHUNK = 500
+
+
+class Mailroom:
+    """Turns the whole mail store into mailroom files and mailroom files into mail."""
+
+    def __init__(self, ctx: ServiceContext, identity: Identity) -> None:
+        self.ctx = ctx
+        self.identity = identity
+
+    async def export(self, caller: Principal) -> dict[str, str]:
+        """Every message, open and archived, as ``{relative_path: file_text}``."""
+        require_operator(caller, "export the mailroom")
+        async with self.ctx.store.read() as tx:
+            c = tx.table("messages").c
+            rows: list[Message] = await tx.select("messages", order_by=[c.created, c.id])
+        return mailroom.export_files(rows)
+
+    async def import_files(self, caller: Principal, files: Mapping[str, str]) -> ImportResult:
+        """Insert the messages of mailroom files, all or none. Every inbox owner and recipient
+        must already exist in the hub."""
+        require_operator(caller, "import a mailroom")
+        parsed = mailroom.parse_files(files)
+
+        async def job(tx: Tx) -> ImportResult:
+            existing = await self._existing_ids(tx, [msg.id for msg in parsed.messages])
+            fresh = [msg for msg in parsed.messages if msg.id not in existing]
+            await self._require_recipients(tx, fresh)
+            kinds = {
+                sender: await self._from_kind(tx, sender) for sender in {x.from_id for x in fresh}
+            }
+            # Inbox positions follow the time the mail was sent, as they did where it came from.
+            for msg in sorted(fresh, key=lambda x: (x.created, x.id)):
+                stored = msg.model_copy(
+                    update={
+                        "from_kind": kinds[msg.from_id],
+                        "seq": await tx.next_inbox_seq(msg.recipient_id),
+                    }
+                )
+                tx.insert("messages", stored)
+                self._announce(tx, stored)
+            skipped = sorted(existing)
+            self.ctx.events.record(
+                tx,
+                "mailroom.imported",
+                actor=caller.id,
+                subject="mailroom",
+                payload={"imported": [x.id for x in fresh], "skipped": skipped},
+            )
+            return ImportResult(
+                imported=len(fresh),
+                skipped=len(skipped),
+                skipped_ids=skipped,
+                ignored=parsed.ignored,
+            )
+
+        return await self.ctx.store.write(job)
+
+    async def _existing_ids(self, tx: Tx, ids: list[str]) -> set[str]:
+        c = tx.table("messages").c
+        found: set[str] = set()
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            rows: list[Message] = await tx.select("messages", c.id.in_(chunk))
+            found |= {row.id for row in rows}
+        return found
+
+    async def _require_recipients(self, tx: Tx, messages: list[Message]) -> None:
+        missing = [
+            rid
+            for rid in sorted({msg.recipient_id for msg in messages})
+            if await self.identity.get(rid, tx) is None
+        ]
+        if missing:
+            raise NotFound(
+                f"the mailroom has mail for {', '.join(repr(x) for x in missing)}, who do not "
+                "exist in this hub; create them (POST /v1/agents) and import again",
+                code="recipient_not_found",
+                recipients=missing,
+            )
+
+    async def _from_kind(self, tx: Tx, sender_id: str) -> FromKind:
+        if sender_id == SYSTEM_ID:
+            return "system"
+        found = await self.identity.get(sender_id, tx)
+        if found is None:
+            return "external"
+        return "agent" if found.kind == "agent" else "human"
+
+    def _announce(self, tx: Tx, msg: Message) -> None:
+        """Push imported mail to live inbox streams once the import has committed."""
+        topic = inbox_topic(msg.recipient_id)
+        data = {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")}
+        bus = self.ctx.bus
+        tx.after_commit(lambda: bus.publish(topic, data))

@@ -1,0 +1,674 @@
+"""Discussion tasks: the loop that gives members their turns (C5–C7, C10–C13).
+
+A trigger message (a user's message in a group, the moderator's kickoff in a discussion, any
+message to an agent in its work channel) starts a task with a snapshot of the speakers and the
+rounds. A newer trigger supersedes the running task: it gets a cancel flag, and — the part that
+makes it safe — a reply is appended only if its trigger is still the channel's latest trigger,
+checked and appended in one transaction under the channel row lock (the linearisation point;
+see docs/supersede.md). Cancellation is best effort; the check at commit is what guarantees that
+no stale reply is ever accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from parley.core import discussion as d
+from parley.core.channels import (
+    TRANSCRIPT_WINDOW,
+    Channel,
+    ChannelMessage,
+    Invocation,
+    InvocationOutcome,
+    LogicalSession,
+    SenderKind,
+    Task,
+    TaskMode,
+)
+from parley.core.errors import NotFound, PermissionDenied, RuntimeFailure
+from parley.core.identity import Principal
+from parley.core.ids import new_ulid
+from parley.core.ports import Runtime, Tx
+from parley.core.runtime import NO_REPLY, AgentProfile, Turn, TurnResult
+from parley.service.channels import Channels, Posted, channel_topic
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+
+log = logging.getLogger("parley.tasks")
+
+LEASE_S = 120.0
+
+
+@dataclass
+class TurnOutcome:
+    kind: InvocationOutcome | None  # None: skipped
+    voted: bool = False
+    reason: str | None = None
+    message: ChannelMessage | None = None
+
+
+@dataclass
+class _Live:
+    """In-process state of a running task."""
+
+    task: Task
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    runner: asyncio.Task[None] | None = None
+
+
+class TaskRunner:
+    """Starts, drives, supersedes, cancels and reports discussion tasks."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        runtime_for: Any,
+        hub_id: str,
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        self.runtime_for = runtime_for  # (Principal) -> Runtime | None
+        self.hub_id = hub_id
+        self.live: dict[str, _Live] = {}
+        self.on_finished: list[Any] = []  # callbacks(task, channel) run after a task ends
+        self.notify_idle_agent: Any = None  # (tx, agent, message) for agents without a runtime
+
+    # -- triggers ---------------------------------------------------------------------------------
+    async def post_trigger(
+        self, caller: Principal, channel_id: str, content: str, *, reply_to: str | None = None
+    ) -> Posted:
+        superseded: list[str] = []
+
+        async def job(tx: Tx) -> tuple[Posted, Task | None]:
+            superseded.clear()
+            channel = await tx.get_channel(channel_id, for_update=True)
+            if channel is None or channel.status == "deleted":
+                raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            if not (caller.is_operator or caller.id in channel.members):
+                raise PermissionDenied(
+                    f"{caller.id!r} is not a member of channel {channel_id!r} and may not post",
+                    code="not_a_member",
+                )
+            kind: SenderKind = "agent" if caller.kind == "agent" else "human"
+            if channel.status == "closed":
+                # Kept for the record, answered only by the moderator's closed template (C8).
+                message = await self.channels.append(
+                    tx,
+                    channel_id,
+                    sender_id=caller.id,
+                    sender_kind=kind,
+                    content=content,
+                    reply_to=reply_to,
+                )
+                if channel.kind == "discussion":
+                    await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
+                return Posted(message=message), None
+            is_trigger = channel.kind != "work" or caller.id != channel.owner_agent_id
+            message = await self.channels.append(
+                tx,
+                channel_id,
+                sender_id=caller.id,
+                sender_kind=kind,
+                content=content,
+                reply_to=reply_to,
+                trigger=is_trigger,
+            )
+            if not is_trigger:
+                return Posted(message=message), None
+            task = await self.start_task(tx, channel, message, superseded)
+            return Posted(message=message, task_id=task.id if task else None), task
+
+        posted, task = await self.ctx.store.write(job)
+        self._after_start(task, superseded)
+        return posted
+
+    async def start_task(
+        self, tx: Tx, channel: Channel, trigger: ChannelMessage, superseded: list[str]
+    ) -> Task | None:
+        """Inside the trigger's transaction: flag running tasks superseded and record the new
+        task with its snapshot of speakers and rounds (C12)."""
+        t = tx.table("tasks").c
+        running = await tx.select("tasks", t.channel_id == channel.id, t.status == "running")
+        for old in running:
+            await tx.update("tasks", old.id, cancel_requested=True)
+            superseded.append(old.id)
+        speakers: list[str] = []
+        for member in channel.members:
+            agent = await self.identity.get(member, tx)
+            if agent is None or agent.kind != "agent":
+                continue
+            if channel.kind == "work" and agent.id != channel.owner_agent_id:
+                continue
+            if agent.runtime_kind == "none":
+                if channel.kind == "work" and self.notify_idle_agent is not None:
+                    await self.notify_idle_agent(tx, agent, trigger)
+                continue
+            speakers.append(agent.id)
+        if not speakers:
+            return None
+        mode: TaskMode = {"work": "wake", "discussion": "discussion"}.get(channel.kind, "group")  # type: ignore[assignment]
+        now = self.ctx.clock.now()
+        task = Task(
+            id=new_ulid(),
+            channel_id=channel.id,
+            trigger_id=trigger.id,
+            mode=mode,
+            members=speakers,
+            rounds=1 if mode == "wake" else channel.discussion_rounds,
+            owner=self.hub_id,
+            created=now,
+        )
+        tx.insert("tasks", task)
+        await tx.flush()
+        await tx.update("tasks", task.id, lease_until=now + timedelta(seconds=LEASE_S))
+        self.ctx.events.record(
+            tx,
+            "task.started",
+            actor="system",
+            subject=f"task:{task.id}",
+            payload={
+                "channel_id": channel.id,
+                "trigger_id": trigger.id,
+                "mode": mode,
+                "members": speakers,
+                "rounds": task.rounds,
+                "superseded": list(superseded),
+            },
+            trace_id=task.id,
+        )
+        self._publish_task(tx, task)
+        return task
+
+    def _after_start(self, task: Task | None, superseded: list[str]) -> None:
+        for old in superseded:
+            live = self.live.get(old)
+            if live is not None:
+                live.cancel.set()
+        if task is not None:
+            self.launch(task)
+
+    def launch(self, task: Task) -> None:
+        live = _Live(task)
+        self.live[task.id] = live
+        live.runner = asyncio.create_task(self._run(live), name=f"parley-task-{task.id}")
+
+    def _publish_task(self, tx: Tx, task: Task) -> None:
+        data = {"type": "task", "task": task.model_dump(mode="json")}
+        topic = channel_topic(task.channel_id)
+        bus = self.ctx.bus
+        tx.after_commit(lambda: bus.publish(topic, data))
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def _run(self, live: _Live) -> None:
+        task = live.task
+        end: str | None = None
+        failed_member: str | None = None
+        error: str | None = None
+        try:
+            async with self.ctx.store.read() as tx:
+                channel = await tx.get_channel(task.channel_id)
+                trigger = await tx.get("channel_messages", task.trigger_id)
+                window = await tx.channel_messages(task.channel_id, latest=TRANSCRIPT_WINDOW)
+            assert channel is not None and trigger is not None
+            names = await self._names(channel)
+            context = _Context(channel, trigger, window, names, self._task_text(channel, trigger))
+            end, failed_member, error = await self._rounds(live, context)
+        except asyncio.CancelledError:
+            end, error = "interrupted", "the hub stopped while the task ran"
+            raise
+        except Exception as exc:  # a bug or a store failure: never leave a task running
+            log.exception("task %s failed", task.id)
+            end, error = "failed", f"{exc.__class__.__name__}: {exc}"
+        finally:
+            self.live.pop(task.id, None)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._finish(task, end or "failed", failed_member, error))
+
+    async def _rounds(self, live: _Live, context: _Context) -> tuple[str, str | None, str | None]:
+        """Run the rounds; return (end reason, failed member, error)."""
+        task = live.task
+        for number in range(1, task.rounds + 1):
+            tally = d.RoundTally(number)
+            await self._set_round(task, number)
+            for member in task.members:
+                if live.cancel.is_set():
+                    return await self._cancel_reason(task), None, None
+                outcome = await self._turn(live, context, member, number)
+                if outcome.kind == "failed":
+                    return "failed", member, outcome.reason
+                if outcome.kind == "rejected":
+                    reason = {"new_message": "superseded", "room_deleted": "closed"}
+                    return reason.get(outcome.reason or "", "cancelled"), None, None
+                if outcome.kind == "accepted":
+                    tally.spoke.add(member)
+                if outcome.voted:
+                    tally.voted.add(member)
+            if task.mode == "wake":
+                return ("replied" if tally.spoke else "dormant"), None, None
+            if tally.unanimous(task.members):
+                return "unanimous", None, None
+            if tally.silent:
+                return ("idle" if task.mode == "discussion" else "dormant"), None, None
+        return "max_rounds", None, None
+
+    def _task_text(self, channel: Channel, trigger: ChannelMessage) -> str:
+        if channel.kind == "discussion":
+            return str(channel.metadata.get("discussGuide") or trigger.content)
+        return trigger.content
+
+    async def _names(self, channel: Channel) -> dict[str, str]:
+        names = {"moderator": "moderator", "system": "system"}
+        for member in channel.members:
+            p = await self.identity.get(member)
+            if p is not None:
+                names[member] = p.display_name
+        return names
+
+    async def _cancel_reason(self, task: Task) -> str:
+        async with self.ctx.store.read() as tx:
+            channel = await tx.get_channel(task.channel_id)
+            last = await tx.last_trigger_id(task.channel_id)
+        if channel is None or channel.status == "deleted" or channel.status == "closed":
+            return "closed"
+        return "superseded" if last != task.trigger_id else "cancelled"
+
+    async def _set_round(self, task: Task, number: int) -> None:
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> None:
+            await tx.update(
+                "tasks",
+                task.id,
+                current_round=number,
+                lease_until=now + timedelta(seconds=LEASE_S),
+            )
+            task.current_round = number
+            self._publish_task(tx, task)
+
+        await self.ctx.store.write(job)
+
+    async def _turn(self, live: _Live, ctx: _Context, member: str, number: int) -> TurnOutcome:
+        task = live.task
+        clock = self.ctx.clock
+        t0 = clock.monotonic()
+        agent = await self.identity.require(member)
+        session: LogicalSession | None = ctx.sessions.get(member)
+        if session is None:
+            session = await self.ctx.store.write(
+                lambda tx: self.channels.session(tx, agent, task.channel_id)
+            )
+            ctx.sessions[member] = session
+        if session.model_override == NO_REPLY:
+            return TurnOutcome(kind=None)
+        await ctx.refresh(self.ctx)
+        window = d.transcript_window(ctx.messages)
+        prompt = d.build_prompt(
+            agent_id=agent.id,
+            agent_name=agent.display_name,
+            persona=agent.persona,
+            mode=task.mode,
+            members=task.members,
+            names=ctx.names,
+            round_number=number,
+            rounds=task.rounds,
+            task=ctx.task_text,
+            window=window,
+        )
+        t1 = clock.monotonic()
+        invocation_id = new_ulid()
+        runtime: Runtime | None = self.runtime_for(agent)
+        trace = _TraceBase(invocation_id, task, member, number, window, prompt.char_count(), t0, t1)
+        if runtime is None:
+            return TurnOutcome(kind=None)
+        turn = Turn(
+            invocation_id=invocation_id,
+            agent=AgentProfile(
+                id=agent.id,
+                display_name=agent.display_name,
+                workspace=agent.workspace,
+                persona=agent.persona,
+                runtime=agent.runtime,
+            ),
+            channel_id=task.channel_id,
+            session_id=session.id,
+            prompt=prompt,
+            timeout_s=ctx.channel.turn_timeout_s,
+            cancel=live.cancel,
+            round=number,
+            trigger_id=task.trigger_id,
+            task_id=task.id,
+        )
+        try:
+            result = await runtime.respond(turn)
+        except RuntimeFailure as failure:
+            t2 = clock.monotonic()
+            if failure.reason == "cancelled":
+                reason = await self._cancel_reason(task)
+                code = {"superseded": "new_message", "closed": "room_deleted"}.get(
+                    reason, "cancelled"
+                )
+                await self._record(trace, "rejected", code, None, "", t2, t2)
+                return TurnOutcome(kind="rejected", reason=code)
+            await self._record(trace, "failed", failure.code, None, "", t2, t2)
+            return TurnOutcome(kind="failed", reason=f"{failure.code}: {failure.message}")
+        t2 = clock.monotonic()
+        reply = d.parse_reply(result.text)
+        if reply.silent:
+            await self._record(trace, "silent", None, result, "", t2, t2)
+            return TurnOutcome(kind="silent", voted=reply.voted_done)
+        return await self._append_reply(live, ctx, trace, result, reply, t2)
+
+    async def _append_reply(
+        self,
+        live: _Live,
+        ctx: _Context,
+        trace: _TraceBase,
+        result: TurnResult,
+        reply: d.Reply,
+        t2: float,
+    ) -> TurnOutcome:
+        task = live.task
+
+        async def job(tx: Tx) -> TurnOutcome:
+            # The linearisation point (C10): check the trigger and append in one transaction,
+            # under the channel row lock taken by last_trigger_id.
+            last = await tx.last_trigger_id(task.channel_id)
+            channel = await tx.get("channels", task.channel_id)
+            row = await tx.get("tasks", task.id)
+            reason: str | None = None
+            if channel is None or channel.status == "deleted":
+                reason = "room_deleted"
+            elif channel.status == "closed":
+                reason = "cancelled"
+            elif last != task.trigger_id:
+                reason = "new_message"
+            elif row is not None and row.cancel_requested:
+                reason = "cancelled"
+            if reason is not None:
+                self._insert_invocation(tx, trace, "rejected", reason, result, None, t2)
+                return TurnOutcome(kind="rejected", reason=reason, voted=reply.voted_done)
+            message = await self.channels.append(
+                tx,
+                task.channel_id,
+                sender_id=trace.member,
+                sender_kind="agent",
+                content=reply.content,
+                trigger_id=task.trigger_id,
+                task_id=task.id,
+                round=trace.round,
+                metadata={"invocation_id": trace.invocation_id, "model_route": result.model_route},
+            )
+            self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
+            await tx.update(
+                "tasks",
+                task.id,
+                calls=task.calls + 1,
+                accepted=task.accepted + 1,
+                lease_until=self.ctx.clock.now() + timedelta(seconds=LEASE_S),
+            )
+            return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message)
+
+        outcome = await self.ctx.store.write(job)
+        task.calls += 1
+        if outcome.kind == "accepted":
+            task.accepted += 1
+            assert outcome.message is not None
+            ctx.add(outcome.message)
+        return outcome
+
+    async def _record(
+        self,
+        trace: _TraceBase,
+        outcome: InvocationOutcome,
+        reason: str | None,
+        result: TurnResult | None,
+        _: str,
+        t2: float,
+        __: float,
+    ) -> None:
+        task = trace.task
+
+        async def job(tx: Tx) -> None:
+            self._insert_invocation(tx, trace, outcome, reason, result, None, t2)
+            await tx.update("tasks", task.id, calls=task.calls + 1)
+
+        await self.ctx.store.write(job)
+        task.calls += 1
+
+    def _insert_invocation(
+        self,
+        tx: Tx,
+        trace: _TraceBase,
+        outcome: InvocationOutcome,
+        reason: str | None,
+        result: TurnResult | None,
+        message_id: str | None,
+        t2: float,
+    ) -> None:
+        """The trace record of one call (C13), written in the same transaction as its effect."""
+        t3 = self.ctx.clock.monotonic()
+        timings = {
+            "queue_ms": 0.0,
+            "prompt_build_ms": (trace.t1 - trace.t0) * 1000,
+            "provider_wait_ms": (t2 - trace.t1) * 1000,
+            "persist_ms": (t3 - t2) * 1000,
+        }
+        if result is not None:
+            timings.update({f"runtime_{k}": v for k, v in result.timings.items()})
+        window = trace.window
+        tx.insert(
+            "invocations",
+            Invocation(
+                id=trace.invocation_id,
+                task_id=trace.task.id,
+                channel_id=trace.task.channel_id,
+                trigger_id=trace.task.trigger_id,
+                round=trace.round,
+                agent_id=trace.member,
+                prompt_first_id=window[0].id if window else None,
+                prompt_last_id=window[-1].id if window else None,
+                prompt_chars=trace.prompt_chars,
+                model_route=result.model_route if result else "",
+                outcome=outcome,
+                reason=reason,
+                message_id=message_id,
+                timings=timings,
+                created=self.ctx.clock.now(),
+            ),
+        )
+
+    async def _finish(
+        self, task: Task, end: str, failed_member: str | None, error: str | None
+    ) -> None:
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> Task:
+            await tx.update(
+                "tasks",
+                task.id,
+                status="finished",
+                end_reason=end,
+                failed_member=failed_member,
+                error=error,
+                finished=now,
+                current_round=task.current_round,
+                calls=task.calls,
+                accepted=task.accepted,
+            )
+            done = task.model_copy(
+                update={
+                    "status": "finished",
+                    "end_reason": end,
+                    "failed_member": failed_member,
+                    "error": error,
+                    "finished": now,
+                }
+            )
+            channel = await tx.get("channels", task.channel_id)
+            if task.mode == "discussion" and channel is not None and channel.status == "active":
+                # The discussion stays open: remind the initiator how to finish (C6).
+                if end == "idle":
+                    await self.channels.post_as_moderator(tx, task.channel_id, d.IDLE_REMINDER)
+                elif end in ("unanimous", "max_rounds"):
+                    await self.channels.post_as_moderator(
+                        tx, task.channel_id, d.rounds_ended(end, task.rounds)
+                    )
+            self.ctx.events.record(
+                tx,
+                "task.finished",
+                actor="system",
+                subject=f"task:{task.id}",
+                payload={
+                    "end_reason": end,
+                    "failed_member": failed_member,
+                    "error": error,
+                    "calls": task.calls,
+                    "accepted": task.accepted,
+                    "rounds_run": task.current_round,
+                },
+                trace_id=task.id,
+            )
+            self._publish_task(tx, done)
+            return done
+
+        done = await self.ctx.store.write(job)
+        for callback in self.on_finished:
+            with contextlib.suppress(Exception):
+                await callback(done)
+
+    # -- control and queries ----------------------------------------------------------------------
+    async def cancel(self, caller: Principal, task_id: str) -> Task:
+        """Cancel a running task (C14 DELETE /v1/tasks/{id}); replies not yet committed are
+        rejected with reason ``cancelled``."""
+        task = await self.get(caller, task_id)
+        if task.status != "running":
+            return task
+
+        async def job(tx: Tx) -> None:
+            await tx.update("tasks", task_id, cancel_requested=True)
+            self.ctx.events.record(
+                tx, "task.cancel_requested", actor=caller.id, subject=f"task:{task_id}"
+            )
+
+        await self.ctx.store.write(job)
+        live = self.live.get(task_id)
+        if live is not None:
+            live.cancel.set()
+            if live.runner is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(live.runner)
+        return await self.get(caller, task_id)
+
+    async def get(self, caller: Principal, task_id: str) -> Task:
+        async with self.ctx.store.read() as tx:
+            task: Task | None = await tx.get("tasks", task_id)
+        if task is None:
+            raise NotFound(f"no task {task_id!r}", code="task_not_found")
+        await self.channels.get(caller, task.channel_id)
+        return task
+
+    async def of_channel(self, caller: Principal, channel_id: str) -> list[Task]:
+        await self.channels.get(caller, channel_id)
+        async with self.ctx.store.read() as tx:
+            t = tx.table("tasks").c
+            return await tx.select("tasks", t.channel_id == channel_id, order_by=[t.id])
+
+    async def invocations(self, caller: Principal, task_id: str) -> list[Invocation]:
+        await self.get(caller, task_id)
+        async with self.ctx.store.read() as tx:
+            i = tx.table("invocations").c
+            return await tx.select("invocations", i.task_id == task_id, order_by=[i.id])
+
+    async def wait_idle(self) -> None:
+        """Wait until no task of this hub is running (tests, demo, shutdown)."""
+        while self.live:
+            runners = [lv.runner for lv in list(self.live.values()) if lv.runner is not None]
+            await asyncio.gather(*runners, return_exceptions=True)
+
+    async def recover(self) -> list[Task]:
+        """On start: tasks left running by a dead hub (lease expired) end as interrupted, with a
+        note in their channel; nothing committed is touched (Q4)."""
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> list[Task]:
+            t = tx.table("tasks").c
+            stale: list[Task] = await tx.select("tasks", t.status == "running")
+            out = []
+            for task in stale:
+                row = await tx.get("tasks", task.id, for_update=True)
+                lease = getattr(row, "lease_until", None)
+                if self.ctx.store.dialect != "sqlite" and lease is not None and lease > now:
+                    continue  # another live hub drives it (PostgreSQL)
+                await tx.update(
+                    "tasks",
+                    task.id,
+                    status="finished",
+                    end_reason="interrupted",
+                    error="the hub stopped while the task ran",
+                    finished=now,
+                )
+                await self.channels.post_as_system(
+                    tx, task.channel_id, d.interrupted("the hub restarted while it ran")
+                )
+                self.ctx.events.record(
+                    tx, "task.interrupted", actor="system", subject=f"task:{task.id}"
+                )
+                out.append(task)
+            return out
+
+        return await self.ctx.store.write(job)
+
+    async def stop(self) -> None:
+        for live in list(self.live.values()):
+            if live.runner is not None:
+                live.runner.cancel()
+        for live in list(self.live.values()):
+            if live.runner is not None:
+                with contextlib.suppress(BaseException):
+                    await live.runner
+
+
+@dataclass
+class _TraceBase:
+    invocation_id: str
+    task: Task
+    member: str
+    round: int
+    window: list[ChannelMessage]
+    prompt_chars: int
+    t0: float
+    t1: float
+
+
+@dataclass
+class _Context:
+    """What a running task knows about its channel; the transcript is refreshed incrementally
+    (only messages after the last one seen are read), which keeps a turn's cost flat."""
+
+    channel: Channel
+    trigger: ChannelMessage
+    messages: list[ChannelMessage]
+    names: dict[str, str]
+    task_text: str
+    sessions: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, message: ChannelMessage) -> None:
+        if not self.messages or message.seq > self.messages[-1].seq:
+            self.messages.append(message)
+            if len(self.messages) > 2 * TRANSCRIPT_WINDOW:
+                del self.messages[:-TRANSCRIPT_WINDOW]
+
+    async def refresh(self, ctx: ServiceContext) -> None:
+        last = self.messages[-1].seq if self.messages else 0
+        async with ctx.store.read() as tx:
+            new = await tx.channel_messages(self.channel.id, after_seq=last, limit=1000)
+        for message in new:
+            self.add(message)

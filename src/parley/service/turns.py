@@ -1,0 +1,224 @@
+"""Remote agents' turns (W9 ``remote``): the hub records a pending turn, pushes it (an inbox
+notice and a live event on ``turns:<agent>``) and waits for ``speak`` / ``no_reply`` until the
+deadline. A missed deadline follows the channel's policy: ``fail`` (C11, the member is named) or
+``no_reply``. An answer to a superseded turn is refused with ``new_message`` (C10)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from parley.core.channels import PendingTurn
+from parley.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    RuntimeFailure,
+)
+from parley.core.identity import Principal
+from parley.core.ports import Tx
+from parley.core.runtime import NO_REPLY, Turn, TurnResult
+from parley.service.context import ServiceContext
+from parley.service.mail import Mail
+
+MAX_WAIT_S = 300.0
+MAX_ANSWER = 100_000
+
+
+def turns_topic(agent_id: str) -> str:
+    return f"turns:{agent_id}"
+
+
+class Turns:
+    """Pending turns of remote agents."""
+
+    def __init__(self, ctx: ServiceContext, mail: Mail) -> None:
+        self.ctx = ctx
+        self.mail = mail
+        self._waiters: dict[str, asyncio.Future[str]] = {}
+
+    # -- the hub side: offer a turn and wait ----------------------------------------------------
+    async def offer(self, turn: Turn) -> TurnResult:
+        now = self.ctx.clock.now()
+        pending = PendingTurn(
+            id=turn.invocation_id,
+            agent_id=turn.agent.id,
+            channel_id=turn.channel_id,
+            task_id=turn.task_id,
+            round=turn.round,
+            prompt={
+                "system": turn.prompt.system,
+                "user": turn.prompt.user_text(),
+                "text": turn.prompt.render(),
+            },
+            deadline=now + timedelta(seconds=turn.timeout_s),
+            created=now,
+        )
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str] = loop.create_future()
+        self._waiters[pending.id] = answer
+
+        async def job(tx: Tx) -> None:
+            tx.insert("pending_turns", pending)
+            await self.mail.deliver_system(
+                tx,
+                pending.agent_id,
+                "notice",
+                f"Your turn in channel {turn.channel_id} (round {turn.round or 1})",
+                "Call wait_for_turn (MCP) or GET /v1/turns/next to get the prompt, then answer "
+                f"with speak or no_reply before {pending.deadline.isoformat()}.",
+                {"turn_id": pending.id, "channel_id": turn.channel_id, "round": turn.round},
+            )
+            data = {"type": "turn", "turn": pending.model_dump(mode="json")}
+            topic = turns_topic(pending.agent_id)
+            bus = self.ctx.bus
+            tx.after_commit(lambda: bus.publish(topic, data))
+
+        try:
+            await self.ctx.store.write(job)
+            cancelled: asyncio.Future[Any] = asyncio.ensure_future(turn.cancel.wait())
+            both: set[asyncio.Future[Any]] = {answer, cancelled}
+            try:
+                done, _ = await asyncio.wait(
+                    both, timeout=turn.timeout_s, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                cancelled.cancel()
+            if answer in done:
+                return TurnResult(text=answer.result(), model_route=f"remote:{turn.agent.id}")
+            if cancelled in done:
+                await self._close(pending.id, "superseded")
+                raise RuntimeFailure(
+                    f"the turn of {turn.agent.id!r} was superseded or cancelled",
+                    reason="cancelled",
+                )
+            await self._close(pending.id, "expired")
+            channel = None
+            async with self.ctx.store.read() as tx:
+                channel = await tx.get("channels", turn.channel_id)
+            if channel is not None and channel.missed_turn_policy == "no_reply":
+                return TurnResult(text=NO_REPLY, model_route=f"remote:{turn.agent.id}")
+            raise RuntimeFailure(
+                f"{turn.agent.id!r} did not answer its turn within {turn.timeout_s:g}s",
+                reason="timeout",
+                member=turn.agent.id,
+            )
+        finally:
+            self._waiters.pop(pending.id, None)
+
+    async def _close(self, turn_id: str, status: str) -> None:
+        async def job(tx: Tx) -> None:
+            row = await tx.get("pending_turns", turn_id, for_update=True)
+            if row is not None and row.status == "pending":
+                await tx.update("pending_turns", turn_id, status=status)
+
+        with contextlib.suppress(Exception):
+            await self.ctx.store.write(job)
+
+    # -- the agent side ---------------------------------------------------------------------------
+    async def next(self, caller: Principal, timeout_s: float) -> PendingTurn | None:
+        """The caller's oldest pending turn, waiting up to ``timeout_s`` for one to arrive."""
+        if not 0 <= timeout_s <= MAX_WAIT_S:
+            raise InvalidRequest(
+                f"timeout_s must be between 0 and {MAX_WAIT_S:g}", code="invalid_timeout"
+            )
+        # Subscribe before looking, so a turn offered in between is not missed.
+        sub = self.ctx.bus.subscribe([turns_topic(caller.id)])
+        try:
+            found = await self._oldest_pending(caller.id)
+            if found is not None or timeout_s == 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sub.get(), timeout_s)
+            return await self._oldest_pending(caller.id)
+        finally:
+            await sub.close()
+
+    async def _oldest_pending(self, agent_id: str) -> PendingTurn | None:
+        now = self.ctx.clock.now()
+        async with self.ctx.store.read() as tx:
+            p = tx.table("pending_turns").c
+            rows = await tx.select(
+                "pending_turns",
+                p.agent_id == agent_id,
+                p.status == "pending",
+                p.deadline > now,
+                order_by=[p.created, p.id],
+                limit=1,
+            )
+        return rows[0] if rows else None
+
+    async def speak(self, caller: Principal, turn_id: str, text: str) -> PendingTurn:
+        if not text.strip():
+            raise InvalidRequest(
+                "the answer is empty; call no_reply to pass your turn", code="empty_message"
+            )
+        if len(text) > MAX_ANSWER:
+            raise InvalidRequest(
+                f"the answer is {len(text)} characters; the limit is {MAX_ANSWER}",
+                code="message_too_long",
+            )
+        return await self._answer(caller, turn_id, text)
+
+    async def no_reply(self, caller: Principal, turn_id: str) -> PendingTurn:
+        return await self._answer(caller, turn_id, NO_REPLY)
+
+    async def _answer(self, caller: Principal, turn_id: str, text: str) -> PendingTurn:
+        async def job(tx: Tx) -> tuple[PendingTurn | None, str | None]:
+            turn: PendingTurn | None = await tx.get("pending_turns", turn_id, for_update=True)
+            if turn is None:
+                raise NotFound(f"no turn {turn_id!r}", code="turn_not_found")
+            if turn.agent_id != caller.id:
+                raise PermissionDenied(
+                    f"turn {turn_id!r} belongs to {turn.agent_id!r}, not {caller.id!r}",
+                    code="not_your_turn",
+                )
+            if turn.status != "pending":
+                return turn, turn.status
+            if turn.deadline <= self.ctx.clock.now():
+                await tx.update("pending_turns", turn_id, status="expired")
+                return turn, "expired"
+            if turn.task_id is not None:
+                task = await tx.get("tasks", turn.task_id)
+                last = await tx.last_trigger_id(turn.channel_id)
+                if task is None or task.cancel_requested or task.trigger_id != last:
+                    await tx.update("pending_turns", turn_id, status="superseded")
+                    return turn, "superseded"
+            await tx.update("pending_turns", turn_id, status="answered", answer=text)
+            return turn.model_copy(update={"status": "answered", "answer": text}), None
+
+        turn, refused = await self.ctx.store.write(job)
+        if refused == "superseded":
+            raise Conflict(
+                f"turn {turn_id!r} was superseded by a newer message; your answer is not posted. "
+                "Wait for your next turn.",
+                code="new_message",
+            )
+        if refused is not None:
+            raise Conflict(
+                f"turn {turn_id!r} is {refused!r}; it can no longer be answered",
+                code=f"turn_{refused}",
+            )
+        assert turn is not None
+        waiter = self._waiters.get(turn_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(text)
+        return turn
+
+
+class RemoteRuntime:
+    """The Runtime port for agents that live elsewhere and answer through the API or MCP."""
+
+    kind = "remote"
+
+    def __init__(self, turns: Turns) -> None:
+        self.turns = turns
+
+    async def respond(self, turn: Turn) -> TurnResult:
+        return await self.turns.offer(turn)
+
+    async def aclose(self) -> None:
+        return None
