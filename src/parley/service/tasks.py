@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -80,6 +81,10 @@ class TaskRunner:
         self.live: dict[str, _Live] = {}
         self.on_finished: list[Any] = []  # callbacks(task, channel) run after a task ends
         self.notify_idle_agent: Any = None  # (tx, agent, message) for agents without a runtime
+        # Test seams for race tests: awaited right before the runtime is called and right
+        # between the runtime's return and the commit of its reply (Turn) -> Awaitable[None].
+        self.before_call: Callable[[Turn], Awaitable[None]] | None = None
+        self.before_commit: Callable[[Turn], Awaitable[None]] | None = None
 
     # -- triggers ---------------------------------------------------------------------------------
     async def post_trigger(
@@ -347,7 +352,11 @@ class TaskRunner:
             task_id=task.id,
         )
         try:
+            if self.before_call is not None:
+                await self.before_call(turn)
             result = await runtime.respond(turn)
+            if self.before_commit is not None:
+                await self.before_commit(turn)
         except RuntimeFailure as failure:
             t2 = clock.monotonic()
             if failure.reason == "cancelled":
