@@ -155,7 +155,7 @@ class Demo:
         for agent_id, persona in AGENTS.items():
             workspace = self.home / "workspaces" / agent_id
             workspace.mkdir(parents=True, exist_ok=True)
-            spec = {
+            spec: dict[str, Any] = {
                 "id": agent_id,
                 "persona": persona,
                 "workspace": str(workspace),
@@ -270,14 +270,17 @@ class Demo:
                     data = json.loads(line[5:])
                     if event == "message":
                         _print_message(data)
-                    elif event == "task" and data["status"] == "finished":
-                        if until_task is None or data["id"] == until_task:
-                            console.print(
-                                f"[dim]task {data['id']} ended: {data['end_reason']} "
-                                f"(rounds run {data['current_round']}/{data['rounds']}, "
-                                f"{data['accepted']} replies)[/dim]"
-                            )
-                            return
+                    elif (
+                        event == "task"
+                        and data["status"] == "finished"
+                        and (until_task is None or data["id"] == until_task)
+                    ):
+                        console.print(
+                            f"[dim]task {data['id']} ended: {data['end_reason']} "
+                            f"(rounds run {data['current_round']}/{data['rounds']}, "
+                            f"{data['accepted']} replies)[/dim]"
+                        )
+                        return
 
     async def discussion(self) -> None:
         self.step("3. The operator gives planner a task in its work channel (wakes planner)")
