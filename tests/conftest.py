@@ -151,3 +151,17 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> Iterator[int]:
     yield free_port()
+
+
+@pytest.fixture(autouse=True)
+def _block_model_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test calls a real model: keys are dummies, and runtimes refuse non-local endpoints and
+    the real Claude Code / Codex executables (also in hub subprocesses, through the env)."""
+    from parley.adapters.runtimes import guard
+
+    monkeypatch.setattr(guard, "ALLOW_MODEL_REQUESTS", False)
+    monkeypatch.setenv("PARLEY_ALLOW_MODEL_REQUESTS", "0")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-openai-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-anthropic-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)

@@ -179,13 +179,13 @@ class Reply:
 
 
 def parse_reply(text: str) -> Reply:
-    """Strip a trailing ``[[DISCUSSION_DONE]]`` (the vote never appears in stored text)."""
+    """A trailing ``[[DISCUSSION_DONE]]`` is a vote; every occurrence of the marker is removed,
+    so it never appears in stored text nor in the next speaker's transcript (C7)."""
     body = text.rstrip()
     if body.strip() == NO_REPLY:
         return Reply("", silent=True, voted_done=False)
     voted = body.endswith(DONE_MARKER)
-    if voted:
-        body = body[: -len(DONE_MARKER)].rstrip()
+    body = body.replace(DONE_MARKER, "").strip()
     if body.strip() == NO_REPLY:
         return Reply("", silent=True, voted_done=voted)
     # A vote with no words is still a turn: post a short marker so the transcript shows it.
@@ -209,7 +209,8 @@ class RoundTally:
 
 
 # -- prompts --------------------------------------------------------------------------------------
-def _entry(msg: ChannelMessage, names: dict[str, str]) -> TranscriptEntry:
+def transcript_entry(msg: ChannelMessage, names: dict[str, str]) -> TranscriptEntry:
+    """How ``msg`` appears in a speaker's transcript: speaker name, role, capped content."""
     content = msg.content
     if len(content) > ENTRY_CHAR_CAP:
         content = content[:ENTRY_CHAR_CAP] + TRUNCATION_MARK
@@ -240,9 +241,11 @@ def build_prompt(
     rounds: int,
     task: str,
     window: Sequence[ChannelMessage],
+    entries: Sequence[TranscriptEntry] | None = None,
 ) -> Prompt:
     """The prompt of one speaker in one round (C5). The task stays in its own section even when
-    its message has left the transcript window; transcript text is quoted, not instructions."""
+    its message has left the transcript window; transcript text is quoted, not instructions.
+    ``entries`` are the window's transcript entries when the caller already has them."""
     roster = ", ".join(f"{names.get(m, m)} ({m})" for m in members)
     kind = "moderated discussion" if mode == "discussion" else "group discussion"
     system = (
@@ -281,6 +284,10 @@ def build_prompt(
     return Prompt(
         system=system,
         task=task,
-        transcript=tuple(_entry(m, names) for m in window),
+        transcript=(
+            tuple(entries)
+            if entries is not None
+            else tuple(transcript_entry(m, names) for m in window)
+        ),
         instructions=instructions,
     )

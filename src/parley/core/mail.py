@@ -7,7 +7,7 @@ that every recipient moves its own copy through the lifecycle independently.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
@@ -112,7 +112,7 @@ class SendRequest(BaseModel):
     body: str = Field(default="", max_length=200_000)
     payload: dict[str, Any] = Field(default_factory=dict)
     cc: list[str] = Field(default_factory=list, max_length=64)
-    parent_message_id: str | None = None
+    parent_message_id: str | None = Field(default=None, max_length=64)
     correlation_id: str | None = Field(default=None, max_length=200)
     related: list[str] = Field(default_factory=list, max_length=100)
     labels: list[str] = Field(default_factory=list, max_length=50)
@@ -129,6 +129,21 @@ def check_kind(kind: str) -> MailKind:
             allowed=list(MAIL_KINDS),
         )
     return kind  # type: ignore[return-value]
+
+
+def check_since(since: str | None) -> str | None:
+    """Normalise an inbox ``since`` filter to ISO-8601 UTC; refuse text that is not a time."""
+    if since is None:
+        return None
+    try:
+        at = datetime.fromisoformat(since.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            f"since {since!r} is not a time; use ISO-8601 such as 2026-05-31T15:00:00Z",
+            code="invalid_since",
+        ) from None
+    # The hub is UTC: a time without an offset is taken as UTC.
+    return (at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)).isoformat()
 
 
 def parse_address(to: str) -> tuple[ToKind, str]:

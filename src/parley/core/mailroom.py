@@ -5,14 +5,15 @@ Layout, relative to the mailroom root::
     inbox/<agent-id>/<YYYY-MM-DDTHHmm>-<kind>-<from>-to-<to>.md   open mail (all but closed)
     archive/<label>/<YYYY-MM-DDTHHmm>-<kind>-<from>-to-<to>.md    closed mail, by label
 
-A file is ``---``, the frontmatter keys id, from, to, wave, kind, status, created, closed, related,
-fixes (in that order, optional ones left out when empty), ``---``, then ``# <subject>``, a blank
-line and the markdown body. Times are UTC to the minute. The operator is written ``ceo`` and a
-broadcast's recipient ``all``, as in the format's origin. Whatever else of a message the seed's
-keys cannot hold is written after them, only when present (``recipient``, ``subject``,
-``labels``, ``parent``, ``correlation``, ``cc``, ``ttl``, ``failure``, ``payload``), so that
-export then import keeps it. Delivery timestamps and sub-minute precision are not part of the
-format. The YAML is written here by hand so the same messages always give the same bytes.
+A file is ``---``, the frontmatter keys id, from, to, wave, kind, status, created, closed,
+related, fixes (in that order; closed, related and fixes left out when empty), ``---``, then
+``# <subject>``, a blank line and the markdown body. Times are UTC to the minute. The operator
+is written ``ceo`` and a broadcast's recipient ``all``, as mailroom files have always named
+them. Whatever else of a message those ten keys cannot hold is written after them, only when
+present (``recipient``, ``subject``, ``labels``, ``parent``, ``correlation``, ``cc``, ``ttl``,
+``failure``, ``payload``), so that export then import keeps it; keys a reader does not know are
+ignored. Delivery timestamps and sub-minute precision are not part of the format. The YAML is
+written here by hand so the same messages always give the same bytes.
 
 This module is pure: it turns messages into ``{relative_path: file_text}`` and files back into
 messages; the service reads and writes the store.
@@ -40,7 +41,18 @@ BROADCAST_NAME = "all"
 INBOX = "inbox"
 ARCHIVE = "archive"
 UNLABELLED = "unlabelled"
-SEED_KEYS = ("id", "from", "to", "wave", "kind", "status", "created", "closed", "related", "fixes")
+FRONTMATTER_KEYS = (
+    "id",
+    "from",
+    "to",
+    "wave",
+    "kind",
+    "status",
+    "created",
+    "closed",
+    "related",
+    "fixes",
+)
 EXTRA_KEYS = (
     "recipient",
     "subject",

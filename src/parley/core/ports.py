@@ -59,6 +59,9 @@ class Tx(Protocol):
     async def next_channel_seq(
         self, channel_id: str, *, trigger_id: str | None = None, now: datetime | None = None
     ) -> int: ...
+    async def claim_channel_seq(
+        self, channel_id: str, *, trigger_id: str, task_id: str, now: datetime
+    ) -> int | None: ...
     async def last_trigger_id(self, channel_id: str) -> str | None: ...
     async def channel_messages(
         self,

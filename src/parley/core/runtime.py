@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 NO_REPLY = "NO_REPLY"
@@ -31,6 +32,11 @@ class TranscriptEntry:
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "speaker": self.speaker, "role": self.role, "content": self.content}
 
+    @cached_property
+    def json_text(self) -> str:
+        """The entry as JSON, encoded once: an entry appears in many prompts of a discussion."""
+        return json.dumps(self.as_dict(), ensure_ascii=False)
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -43,9 +49,8 @@ class Prompt:
 
     def user_text(self) -> str:
         """The user part: task section, quoted transcript and the round's instructions."""
-        transcript = json.dumps(
-            [entry.as_dict() for entry in self.transcript], ensure_ascii=False, indent=None
-        )
+        # Equal to json.dumps of the list of entries, from the entries' cached encodings.
+        transcript = "[" + ", ".join(entry.json_text for entry in self.transcript) + "]"
         return (
             f"## User task\n{self.task}\n\n"
             "## Transcript\n"

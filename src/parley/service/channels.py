@@ -213,14 +213,17 @@ class Channels:
         task_id: str | None = None,
         round: int | None = None,
         metadata: dict[str, Any] | None = None,
+        seq: int | None = None,
     ) -> ChannelMessage:
         """Append a message inside ``tx`` and publish it after commit. A ``trigger`` message
-        becomes the channel's latest trigger in the same row update (C10)."""
+        becomes the channel's latest trigger in the same row update (C10). ``seq`` is a position
+        the caller already claimed in this transaction (``tx.claim_channel_seq``)."""
         message_id = new_ulid()
         now = self.ctx.clock.now()
-        seq = await tx.next_channel_seq(
-            channel_id, trigger_id=message_id if trigger else None, now=now
-        )
+        if seq is None:
+            seq = await tx.next_channel_seq(
+                channel_id, trigger_id=message_id if trigger else None, now=now
+            )
         message = ChannelMessage(
             id=message_id,
             channel_id=channel_id,

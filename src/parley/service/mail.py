@@ -254,6 +254,7 @@ class Mail:
         delivered."""
         self._check_inbox_owner(caller, owner)
         await self.identity.require(owner)
+        flt = flt.model_copy(update={"since": m.check_since(flt.since)})
         async with self.ctx.store.read() as tx:
             rows = await tx.list_inbox(owner, flt)
         if caller.id == owner:

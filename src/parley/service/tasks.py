@@ -35,7 +35,7 @@ from parley.core.errors import NotFound, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Runtime, Tx
-from parley.core.runtime import NO_REPLY, AgentProfile, Turn, TurnResult
+from parley.core.runtime import NO_REPLY, AgentProfile, TranscriptEntry, Turn, TurnResult
 from parley.service.channels import Channels, Posted, channel_topic
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -60,6 +60,8 @@ class _Live:
     task: Task
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    # Monotonic time the next turn became due (launch, then the end of each turn): queue time.
+    ready_at: float = 0.0
 
 
 class TaskRunner:
@@ -201,7 +203,7 @@ class TaskRunner:
             self.launch(task)
 
     def launch(self, task: Task) -> None:
-        live = _Live(task)
+        live = _Live(task, ready_at=self.ctx.clock.monotonic())
         self.live[task.id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"parley-task-{task.id}")
 
@@ -242,11 +244,12 @@ class TaskRunner:
         task = live.task
         for number in range(1, task.rounds + 1):
             tally = d.RoundTally(number)
-            await self._set_round(task, number)
+            await self._set_round(task, number, context)
             for member in task.members:
                 if live.cancel.is_set():
                     return await self._cancel_reason(task), None, None
                 outcome = await self._turn(live, context, member, number)
+                live.ready_at = self.ctx.clock.monotonic()
                 if outcome.kind == "failed":
                     return "failed", member, outcome.reason
                 if outcome.kind == "rejected":
@@ -285,10 +288,13 @@ class TaskRunner:
             return "closed"
         return "superseded" if last != task.trigger_id else "cancelled"
 
-    async def _set_round(self, task: Task, number: int) -> None:
+    async def _set_round(self, task: Task, number: int, context: _Context) -> None:
+        """Record the round, and bring the transcript up to date: within a round the commits
+        themselves keep it current (see _append_reply), a round starts from what the store
+        holds."""
         now = self.ctx.clock.now()
 
-        async def job(tx: Tx) -> None:
+        async def job(tx: Tx) -> list[ChannelMessage]:
             await tx.update(
                 "tasks",
                 task.id,
@@ -297,8 +303,12 @@ class TaskRunner:
             )
             task.current_round = number
             self._publish_task(tx, task)
+            return await tx.channel_messages(
+                task.channel_id, after_seq=context.last_seq, latest=TRANSCRIPT_WINDOW
+            )
 
-        await self.ctx.store.write(job)
+        for message in await self.ctx.store.write(job):
+            context.add(message)
 
     async def _turn(self, live: _Live, ctx: _Context, member: str, number: int) -> TurnOutcome:
         task = live.task
@@ -313,7 +323,6 @@ class TaskRunner:
             ctx.sessions[member] = session
         if session.model_override == NO_REPLY:
             return TurnOutcome(kind=None)
-        await ctx.refresh(self.ctx)
         window = d.transcript_window(ctx.messages)
         prompt = d.build_prompt(
             agent_id=agent.id,
@@ -326,11 +335,14 @@ class TaskRunner:
             rounds=task.rounds,
             task=ctx.task_text,
             window=window,
+            entries=ctx.entries(window),
         )
         t1 = clock.monotonic()
         invocation_id = new_ulid()
         runtime: Runtime | None = self.runtime_for(agent)
-        trace = _TraceBase(invocation_id, task, member, number, window, prompt.char_count(), t0, t1)
+        trace = _TraceBase(
+            invocation_id, task, member, number, window, prompt.char_count(), t0, t1, live.ready_at
+        )
         if runtime is None:
             return TurnOutcome(kind=None)
         turn = Turn(
@@ -359,19 +371,21 @@ class TaskRunner:
                 await self.before_commit(turn)
         except RuntimeFailure as failure:
             t2 = clock.monotonic()
+            # A failed call still names the route it took (C13): which provider failed matters.
+            trace.route = str(failure.details.get("model_route") or "")
             if failure.reason == "cancelled":
                 reason = await self._cancel_reason(task)
                 code = {"superseded": "new_message", "closed": "room_deleted"}.get(
                     reason, "cancelled"
                 )
-                await self._record(trace, "rejected", code, None, "", t2, t2)
+                await self._record(trace, "rejected", code, None, t2)
                 return TurnOutcome(kind="rejected", reason=code)
-            await self._record(trace, "failed", failure.code, None, "", t2, t2)
+            await self._record(trace, "failed", failure.code, None, t2)
             return TurnOutcome(kind="failed", reason=f"{failure.code}: {failure.message}")
         t2 = clock.monotonic()
         reply = d.parse_reply(result.text)
         if reply.silent:
-            await self._record(trace, "silent", None, result, "", t2, t2)
+            await self._record(trace, "silent", None, result, t2)
             return TurnOutcome(kind="silent", voted=reply.voted_done)
         return await self._append_reply(live, ctx, trace, result, reply, t2)
 
@@ -386,24 +400,28 @@ class TaskRunner:
     ) -> TurnOutcome:
         task = live.task
 
-        async def job(tx: Tx) -> TurnOutcome:
-            # The linearisation point (C10): check the trigger and append in one transaction,
-            # under the channel row lock taken by last_trigger_id.
-            last = await tx.last_trigger_id(task.channel_id)
-            channel = await tx.get("channels", task.channel_id)
-            row = await tx.get("tasks", task.id)
-            reason: str | None = None
-            if channel is None or channel.status == "deleted":
-                reason = "room_deleted"
-            elif channel.status == "closed":
-                reason = "cancelled"
-            elif last != task.trigger_id:
-                reason = "new_message"
-            elif row is not None and row.cancel_requested:
-                reason = "cancelled"
-            if reason is not None:
+        async def job(tx: Tx) -> tuple[TurnOutcome, list[ChannelMessage]]:
+            # The linearisation point (C10): checking that the trigger is still the channel's
+            # latest and claiming the reply's position are one statement under the channel row
+            # lock; a newer trigger commits either wholly before it (the reply is rejected) or
+            # wholly after the reply.
+            seq = await tx.claim_channel_seq(
+                task.channel_id,
+                trigger_id=task.trigger_id,
+                task_id=task.id,
+                now=self.ctx.clock.now(),
+            )
+            if seq is None:
+                reason = await self._reject_reason(tx, task)
                 self._insert_invocation(tx, trace, "rejected", reason, result, None, t2)
-                return TurnOutcome(kind="rejected", reason=reason, voted=reply.voted_done)
+                return TurnOutcome(kind="rejected", reason=reason, voted=reply.voted_done), []
+            missed: list[ChannelMessage] = []
+            if seq != ctx.last_seq + 1:
+                # Something else landed in the channel since this task last looked; read it in
+                # this transaction so that the next speaker's transcript has no hole.
+                missed = await tx.channel_messages(
+                    task.channel_id, after_seq=ctx.last_seq, latest=TRANSCRIPT_WINDOW
+                )
             message = await self.channels.append(
                 tx,
                 task.channel_id,
@@ -414,6 +432,7 @@ class TaskRunner:
                 task_id=task.id,
                 round=trace.round,
                 metadata={"invocation_id": trace.invocation_id, "model_route": result.model_route},
+                seq=seq,
             )
             self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
             await tx.update(
@@ -423,15 +442,28 @@ class TaskRunner:
                 accepted=task.accepted + 1,
                 lease_until=self.ctx.clock.now() + timedelta(seconds=LEASE_S),
             )
-            return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message)
+            return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message), missed
 
-        outcome = await self.ctx.store.write(job)
+        outcome, missed = await self.ctx.store.write(job)
         task.calls += 1
         if outcome.kind == "accepted":
             task.accepted += 1
             assert outcome.message is not None
+            for message in missed:
+                ctx.add(message)
             ctx.add(outcome.message)
         return outcome
+
+    async def _reject_reason(self, tx: Tx, task: Task) -> str:
+        """Why a reply of ``task`` may not be appended (C10 reason codes)."""
+        channel = await tx.get("channels", task.channel_id)
+        if channel is None or channel.status == "deleted":
+            return "room_deleted"
+        if channel.status == "closed":
+            return "cancelled"
+        if channel.last_trigger_id != task.trigger_id:
+            return "new_message"
+        return "cancelled"
 
     async def _record(
         self,
@@ -439,10 +471,9 @@ class TaskRunner:
         outcome: InvocationOutcome,
         reason: str | None,
         result: TurnResult | None,
-        _: str,
         t2: float,
-        __: float,
     ) -> None:
+        """Record a call that posted nothing (silent, rejected before commit, failed)."""
         task = trace.task
 
         async def job(tx: Tx) -> None:
@@ -465,7 +496,7 @@ class TaskRunner:
         """The trace record of one call (C13), written in the same transaction as its effect."""
         t3 = self.ctx.clock.monotonic()
         timings = {
-            "queue_ms": 0.0,
+            "queue_ms": max(0.0, (trace.t0 - trace.ready_at) * 1000),
             "prompt_build_ms": (trace.t1 - trace.t0) * 1000,
             "provider_wait_ms": (t2 - trace.t1) * 1000,
             "persist_ms": (t3 - t2) * 1000,
@@ -485,7 +516,7 @@ class TaskRunner:
                 prompt_first_id=window[0].id if window else None,
                 prompt_last_id=window[-1].id if window else None,
                 prompt_chars=trace.prompt_chars,
-                model_route=result.model_route if result else "",
+                model_route=result.model_route if result else trace.route,
                 outcome=outcome,
                 reason=reason,
                 message_id=message_id,
@@ -500,6 +531,10 @@ class TaskRunner:
         now = self.ctx.clock.now()
 
         async def job(tx: Tx) -> Task:
+            # Lock the channel row before the task row, in the same order as a trigger and a
+            # reply commit take them; the reverse order deadlocks against a concurrent post on
+            # PostgreSQL, and a lost finish would leave the task "running" for ever.
+            channel = await tx.get_channel(task.channel_id, for_update=True)
             await tx.update(
                 "tasks",
                 task.id,
@@ -521,7 +556,11 @@ class TaskRunner:
                     "finished": now,
                 }
             )
-            channel = await tx.get("channels", task.channel_id)
+            if end == "interrupted" and channel is not None and channel.status == "active":
+                # Say so where people look: the channel, not only the task record (Q4).
+                await self.channels.post_as_system(
+                    tx, task.channel_id, d.interrupted("the hub stopped while it ran")
+                )
             if task.mode == "discussion" and channel is not None and channel.status == "active":
                 # The discussion stays open: remind the initiator how to finish (C6).
                 if end == "idle":
@@ -612,6 +651,8 @@ class TaskRunner:
             stale: list[Task] = await tx.select("tasks", t.status == "running")
             out = []
             for task in stale:
+                # Channel row before task row: the lock order of every other task write.
+                await tx.get_channel(task.channel_id, for_update=True)
                 row = await tx.get("tasks", task.id, for_update=True)
                 lease = getattr(row, "lease_until", None)
                 if self.ctx.store.dialect != "sqlite" and lease is not None and lease > now:
@@ -655,12 +696,15 @@ class _TraceBase:
     prompt_chars: int
     t0: float
     t1: float
+    ready_at: float
+    route: str = ""
 
 
 @dataclass
 class _Context:
-    """What a running task knows about its channel; the transcript is refreshed incrementally
-    (only messages after the last one seen are read), which keeps a turn's cost flat."""
+    """What a running task knows about its channel. The transcript is kept incrementally (only
+    messages after the last one seen are read, in transactions the task makes anyway) and each
+    message is rendered once, which keeps a turn's cost flat as the channel grows."""
 
     channel: Channel
     trigger: ChannelMessage
@@ -668,16 +712,26 @@ class _Context:
     names: dict[str, str]
     task_text: str
     sessions: dict[str, Any] = field(default_factory=dict)
+    # Transcript entries by message id: a message is rendered once, not once per prompt.
+    rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
+
+    @property
+    def last_seq(self) -> int:
+        return self.messages[-1].seq if self.messages else 0
 
     def add(self, message: ChannelMessage) -> None:
         if not self.messages or message.seq > self.messages[-1].seq:
             self.messages.append(message)
             if len(self.messages) > 2 * TRANSCRIPT_WINDOW:
+                for old in self.messages[:-TRANSCRIPT_WINDOW]:
+                    self.rendered.pop(old.id, None)
                 del self.messages[:-TRANSCRIPT_WINDOW]
 
-    async def refresh(self, ctx: ServiceContext) -> None:
-        last = self.messages[-1].seq if self.messages else 0
-        async with ctx.store.read() as tx:
-            new = await tx.channel_messages(self.channel.id, after_seq=last, limit=1000)
-        for message in new:
-            self.add(message)
+    def entries(self, window: list[ChannelMessage]) -> list[TranscriptEntry]:
+        out = []
+        for message in window:
+            entry = self.rendered.get(message.id)
+            if entry is None:
+                entry = self.rendered[message.id] = d.transcript_entry(message, self.names)
+            out.append(entry)
+        return out

@@ -42,6 +42,12 @@ class Turns:
 
     # -- the hub side: offer a turn and wait ----------------------------------------------------
     async def offer(self, turn: Turn) -> TurnResult:
+        if turn.cancel.is_set():
+            # Superseded before it was offered: no pending turn and no notice for a dead turn.
+            raise RuntimeFailure(
+                f"the turn of {turn.agent.id!r} was superseded before it was offered",
+                reason="cancelled",
+            )
         now = self.ctx.clock.now()
         pending = PendingTurn(
             id=turn.invocation_id,
@@ -128,12 +134,19 @@ class Turns:
         # Subscribe before looking, so a turn offered in between is not missed.
         sub = self.ctx.bus.subscribe([turns_topic(caller.id)])
         try:
-            found = await self._oldest_pending(caller.id)
-            if found is not None or timeout_s == 0:
-                return found
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(sub.get(), timeout_s)
-            return await self._oldest_pending(caller.id)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while True:
+                found = await self._oldest_pending(caller.id)
+                remaining = deadline - loop.time()
+                if found is not None or remaining <= 0:
+                    return found
+                # An event is only a nudge: the turn it announced may already be superseded,
+                # so look again and keep waiting until the deadline.
+                try:
+                    await asyncio.wait_for(sub.get(), remaining)
+                except TimeoutError:
+                    return None
         finally:
             await sub.close()
 

@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.expression import ClauseElement
 
 from parley.adapters.store import schema as s
 from parley.core.channels import (
@@ -54,6 +55,43 @@ _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
     for name, (table, _) in _RECORDS.items()
 }
+
+
+# Statements built once: building a SQLAlchemy construct and its cache key costs more than running
+# it on SQLite, and these run for every message, mail and turn.
+_INSERTS = {name: table.insert() for name, (table, _) in _RECORDS.items()}
+_GETS = {
+    name: select(table).where(table.c.id == bindparam("_key"))
+    for name, (table, _) in _RECORDS.items()
+}
+_UPDATES: dict[tuple[str, tuple[str, ...]], Any] = {}
+_CLAIM_SEQ = (
+    update(s.channels)
+    .where(
+        s.channels.c.id == bindparam("_channel"),
+        s.channels.c.last_trigger_id == bindparam("_trigger"),
+        s.channels.c.status == "active",
+        ~select(s.tasks.c.id)
+        .where(s.tasks.c.id == bindparam("_task"), s.tasks.c.cancel_requested.is_(True))
+        .exists(),
+    )
+    .values(last_seq=s.channels.c.last_seq + 1, last_activity=bindparam("_now"))
+    .returning(s.channels.c.last_seq)
+)
+
+
+def _update_by_id(name: str, columns: tuple[str, ...]) -> Any:
+    """``UPDATE <table> SET <columns> WHERE id = :_key`` with bound values, built once."""
+    stmt = _UPDATES.get((name, columns))
+    if stmt is None:
+        table, _ = _RECORDS[name]
+        stmt = (
+            update(table)
+            .where(table.c.id == bindparam("_key"))
+            .values({col: bindparam(f"_v_{col}") for col in columns})
+        )
+        _UPDATES[(name, columns)] = stmt
+    return stmt
 
 
 def _utc(value: Any) -> Any:
@@ -102,13 +140,12 @@ class SqlTx:
     async def flush(self) -> None:
         pending, self._pending = self._pending, {}
         for name, rows in pending.items():
-            table, _ = _RECORDS[name]
-            await self.conn.execute(table.insert(), rows)
+            await self.conn.execute(_INSERTS[name], rows)
 
-    async def _exec(self, stmt: Any) -> Any:
+    async def _exec(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
         if self._pending:
             await self.flush()
-        return await self.conn.execute(stmt)
+        return await self.conn.execute(stmt, params)
 
     # -- generic records --------------------------------------------------------------------
     def insert(self, name: str, record: BaseModel) -> None:
@@ -116,16 +153,21 @@ class SqlTx:
         self._pending.setdefault(name, []).append(_to_row(name, record))
 
     async def get(self, name: str, key: str, *, for_update: bool = False) -> Any:
-        table, _ = _RECORDS[name]
-        stmt = select(table).where(table.c.id == key)
+        stmt = _GETS[name]
         if for_update:
             stmt = self.store.lock_row(stmt)
-        row = (await self._exec(stmt)).first()
+        row = (await self._exec(stmt, {"_key": key})).first()
         return None if row is None else _row_to(name, row)
 
     async def update(self, name: str, key: str, **values: Any) -> int:
-        table, _ = _RECORDS[name]
-        result = await self._exec(update(table).where(table.c.id == key).values(**values))
+        if any(isinstance(v, ClauseElement) for v in values.values()):
+            table, _ = _RECORDS[name]
+            result = await self._exec(update(table).where(table.c.id == key).values(**values))
+        else:
+            stmt = _update_by_id(name, tuple(values))
+            params = {f"_v_{col}": v for col, v in values.items()}
+            params["_key"] = key
+            result = await self._exec(stmt, params)
         return int(result.rowcount)
 
     async def select(
@@ -332,6 +374,17 @@ class SqlTx:
             update(s.channels).where(c.id == channel_id).values(**values).returning(c.last_seq)
         )
         return int(result.scalar_one())
+
+    async def claim_channel_seq(
+        self, channel_id: str, *, trigger_id: str, task_id: str, now: datetime
+    ) -> int | None:
+        """Take the next message position for a reply of ``task_id`` only if ``trigger_id`` is
+        still the channel's latest trigger, the channel is active and the task has not been
+        cancelled; None otherwise. Check and claim are one statement under the channel's row
+        lock: this is the linearisation point of supersede (C10)."""
+        params = {"_channel": channel_id, "_trigger": trigger_id, "_task": task_id, "_now": now}
+        seq = (await self._exec(_CLAIM_SEQ, params)).scalar()
+        return None if seq is None else int(seq)
 
     async def last_trigger_id(self, channel_id: str) -> str | None:
         c = s.channels.c

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from parley.adapters.store import migrate
 from parley.adapters.store import schema as s
 from parley.adapters.store.sql import SqlStore, SqlTx
+from parley.adapters.store.sqlite_inline import inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
 
 BUSY_TIMEOUT_MS = 10_000
@@ -46,10 +47,13 @@ def _begin_deferred(conn: Any) -> None:
 
 
 def _engine(path: Path, *, writer: bool) -> AsyncEngine:
+    # The one writer runs its statements on the loop thread (see sqlite_inline for why that is
+    # safe); readers keep aiosqlite's threads so that a large read never stalls the loop.
     engine = create_async_engine(
         f"sqlite+aiosqlite:///{path}",
         pool_size=1 if writer else 4,
         max_overflow=0 if writer else 8,
+        **({"async_creator": inline_creator(path)} if writer else {}),
     )
     event.listen(engine.sync_engine, "connect", _pragmas)
     event.listen(engine.sync_engine, "begin", _begin_immediate if writer else _begin_deferred)
@@ -67,6 +71,7 @@ class SqliteStore(SqlStore):
         self.path = path
         self._lock_fd: int | None = None
         self._write_engine: AsyncEngine | None = None
+        self._writer_conn: AsyncConnection | None = None
         self._inbox_seq: dict[str, int] = {}
 
     def _acquire_lock(self) -> None:
@@ -105,6 +110,10 @@ class SqliteStore(SqlStore):
 
     async def close(self) -> None:
         await super().close()
+        if self._writer_conn is not None:
+            with contextlib.suppress(Exception):
+                await self._writer_conn.close()
+            self._writer_conn = None
         if self._write_engine is not None:
             await self._write_engine.dispose()
             self._write_engine = None
@@ -115,9 +124,13 @@ class SqliteStore(SqlStore):
 
     @contextlib.asynccontextmanager
     async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
+        # The single writer keeps its connection: a pool checkout and return per batch cost
+        # more than a small batch's own statements. A broken connection is replaced.
         assert self._write_engine is not None
-        async with self._write_engine.connect() as conn:
-            yield conn
+        conn = self._writer_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._writer_conn = await self._write_engine.connect()
+        yield conn
 
     async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
         # This process is the only writer of the file (see the lock above), so the inbox

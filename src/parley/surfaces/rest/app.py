@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from parley import __version__
 from parley.bootstrap import build_hub
@@ -58,7 +59,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     app.state.hub = the_hub
     # The MCP server (S3) at /mcp over Streamable HTTP; its sessions live in this lifespan.
     mcp_endpoint = McpEndpoint(the_hub)
-    app.add_route("/mcp", mcp_endpoint, include_in_schema=False)
+    app.router.routes.append(Route("/mcp", mcp_endpoint))
     errors.install(app)
     for module in (health, agents, mail, mailroom, events, streams, channels, turns):
         app.include_router(module.router)

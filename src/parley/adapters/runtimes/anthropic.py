@@ -1,0 +1,109 @@
+"""The ``anthropic`` runtime: the Messages API through the official ``anthropic`` SDK."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anthropic
+from pydantic import Field
+
+from parley.adapters.runtimes import guard
+from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
+from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
+from parley.core.errors import ConfigError, RuntimeFailure
+from parley.core.runtime import Prompt, Turn, TurnResult, Usage
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+COMPLETED_STOPS = frozenset({"end_turn", "stop_sequence"})
+
+
+class AnthropicConfig(EndpointConfig):
+    """``{"kind": "anthropic", "model": ..., "base_url": ..., "api_key": ..., "temperature": ...,
+    "timeout_s": ..., "max_tokens": ..., "max_retries": ...}``; ``max_tokens`` is required by the
+    API, so it defaults to 1024."""
+
+    max_tokens: int | None = Field(default=1024, gt=0)
+
+
+class AnthropicRuntime:
+    """One agent's Messages API client; the prompt goes as the system parameter and one user
+    message."""
+
+    kind = "anthropic"
+
+    def __init__(self, config: AnthropicConfig) -> None:
+        self.config = config
+        self.base_url = (
+            config.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        ).rstrip("/")
+        guard.check_endpoint(self.kind, self.base_url)
+        self.model_route = f"anthropic:{self.base_url}:{config.model}"
+        try:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=config.resolve_api_key(self.kind, "ANTHROPIC_API_KEY"),
+                base_url=self.base_url,
+                max_retries=config.max_retries,
+            )
+        except anthropic.AnthropicError as exc:
+            raise ConfigError(
+                f"cannot create an Anthropic client for {self.base_url!r}: {exc}",
+                code="runtime_config_error",
+            ) from exc
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> AnthropicRuntime:
+        return cls(parse_config(AnthropicConfig, config))
+
+    async def respond(self, turn: Turn) -> TurnResult:
+        deadline_s = deadline_for(turn, self.config.timeout_s)
+        return await race_turn(
+            turn,
+            lambda: self._complete(turn.prompt, deadline_s),
+            route=self.model_route,
+            timeout_s=deadline_s,
+        )
+
+    async def _complete(self, prompt: Prompt, deadline_s: float) -> ProviderReply:
+        extra: dict[str, Any] = {}
+        if self.config.temperature is not None:
+            extra["temperature"] = self.config.temperature
+        try:
+            message = await self._client.messages.create(
+                model=self.config.model,
+                max_tokens=self.config.max_tokens or 1024,
+                system=prompt.system,
+                messages=[{"role": "user", "content": prompt.user_text()}],
+                timeout=deadline_s,
+                extra_body=extra or None,
+            )
+        except anthropic.APITimeoutError as exc:
+            raise RuntimeFailure(
+                f"{self.model_route} did not answer within {deadline_s:g} s", reason="timeout"
+            ) from exc
+        except anthropic.APIStatusError as exc:
+            raise RuntimeFailure(
+                f"{self.model_route} answered HTTP {exc.status_code}: {exc.message}",
+                reason="error",
+                status=exc.status_code,
+            ) from exc
+        except anthropic.APIError as exc:
+            raise RuntimeFailure(f"{self.model_route} failed: {exc}", reason="error") from exc
+        if message.stop_reason not in COMPLETED_STOPS:
+            raise RuntimeFailure(
+                f"{self.model_route} stopped with stop_reason {message.stop_reason!r}, "
+                "not 'end_turn'; the reply is incomplete",
+                reason="stop_reason",
+                stop_reason=str(message.stop_reason),
+            )
+        text = "".join(block.text for block in message.content if block.type == "text")
+        return ProviderReply(
+            text=text,
+            usage=Usage(
+                input_tokens=message.usage.input_tokens,
+                output_tokens=message.usage.output_tokens,
+            ),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

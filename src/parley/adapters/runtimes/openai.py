@@ -1,0 +1,111 @@
+"""The ``openai`` runtime: any OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM,
+DeepSeek, OpenRouter, ...) through the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import openai
+
+from parley.adapters.runtimes import guard
+from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
+from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
+from parley.core.errors import ConfigError, RuntimeFailure
+from parley.core.runtime import Prompt, Turn, TurnResult, Usage
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIConfig(EndpointConfig):
+    """``{"kind": "openai", "model": ..., "base_url": ..., "api_key": ..., "temperature": ...,
+    "timeout_s": ..., "max_tokens": ..., "max_retries": ...}``"""
+
+
+class OpenAIRuntime:
+    """One agent's Chat Completions client; the prompt goes as a system and a user message."""
+
+    kind = "openai"
+
+    def __init__(self, config: OpenAIConfig) -> None:
+        self.config = config
+        self.base_url = (
+            config.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        ).rstrip("/")
+        guard.check_endpoint(self.kind, self.base_url)
+        self.model_route = f"openai:{self.base_url}:{config.model}"
+        try:
+            self._client = openai.AsyncOpenAI(
+                api_key=config.resolve_api_key(self.kind, "OPENAI_API_KEY"),
+                base_url=self.base_url,
+                max_retries=config.max_retries,
+            )
+        except openai.OpenAIError as exc:
+            raise ConfigError(
+                f"cannot create an OpenAI client for {self.base_url!r}: {exc}",
+                code="runtime_config_error",
+            ) from exc
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> OpenAIRuntime:
+        return cls(parse_config(OpenAIConfig, config))
+
+    async def respond(self, turn: Turn) -> TurnResult:
+        deadline_s = deadline_for(turn, self.config.timeout_s)
+        return await race_turn(
+            turn,
+            lambda: self._complete(turn.prompt, deadline_s),
+            route=self.model_route,
+            timeout_s=deadline_s,
+        )
+
+    async def _complete(self, prompt: Prompt, deadline_s: float) -> ProviderReply:
+        options: dict[str, Any] = {}
+        if self.config.temperature is not None:
+            options["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            options["max_tokens"] = self.config.max_tokens
+        try:
+            completion = await self._client.chat.completions.create(
+                model=self.config.model,
+                messages=[
+                    {"role": "system", "content": prompt.system},
+                    {"role": "user", "content": prompt.user_text()},
+                ],
+                # The SDK's own timeout backs up the race, so a hung socket is closed too.
+                timeout=deadline_s,
+                **options,
+            )
+        except openai.APITimeoutError as exc:
+            raise RuntimeFailure(
+                f"{self.model_route} did not answer within {deadline_s:g} s", reason="timeout"
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise RuntimeFailure(
+                f"{self.model_route} answered HTTP {exc.status_code}: {exc.message}",
+                reason="error",
+                status=exc.status_code,
+            ) from exc
+        except openai.APIError as exc:
+            raise RuntimeFailure(f"{self.model_route} failed: {exc}", reason="error") from exc
+        if not completion.choices:
+            raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
+        choice = completion.choices[0]
+        if choice.finish_reason != "stop":
+            raise RuntimeFailure(
+                f"{self.model_route} stopped with finish_reason {choice.finish_reason!r}, "
+                "not 'stop'; the reply is incomplete",
+                reason="stop_reason",
+                stop_reason=str(choice.finish_reason),
+            )
+        usage = completion.usage
+        return ProviderReply(
+            text=choice.message.content or "",
+            usage=Usage(
+                input_tokens=usage.prompt_tokens if usage else 0,
+                output_tokens=usage.completion_tokens if usage else 0,
+            ),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,184 @@
+"""``parley agent …``, ``parley token issue`` and ``parley whoami``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.panel import Panel
+from rich.text import Text
+
+from parley.core.runtime import RUNTIME_KINDS
+from parley.surfaces.cli.output import (
+    JsonFlag,
+    client,
+    console,
+    emit,
+    fields,
+    state,
+    table,
+    when,
+    when_short,
+)
+
+agent_app = typer.Typer(help="Create and inspect agents.", no_args_is_help=True)
+token_app = typer.Typer(help="Issue bearer tokens.", no_args_is_help=True)
+
+
+def runtime_config(kind: str | None, raw: str | None) -> dict[str, Any] | None:
+    """The runtime block of an agent from ``--runtime`` and ``--runtime-json``."""
+    runtime: dict[str, Any] = {}
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            hint = "--runtime-json"
+            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=hint) from None
+        if not isinstance(parsed, dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--runtime-json")
+        runtime = parsed
+    if kind is not None:
+        if kind not in RUNTIME_KINDS:
+            raise typer.BadParameter(
+                f"{kind!r} is not one of {', '.join(RUNTIME_KINDS)}", param_hint="--runtime"
+            )
+        runtime["kind"] = kind
+    return runtime or None
+
+
+def render_agent(agent: dict[str, Any]) -> None:
+    runtime = agent.get("runtime") or {}
+    fields(
+        f"{agent.get('kind', 'agent')} {agent['id']}",
+        [
+            ("name", agent.get("display_name")),
+            ("role", agent.get("role")),
+            ("runtime", runtime.get("kind", "none")),
+            ("runtime config", {k: v for k, v in runtime.items() if k != "kind"}),
+            ("workspace", agent.get("workspace")),
+            ("work channel", agent.get("work_channel_id")),
+            ("active", "yes" if agent.get("active") else "no"),
+            ("created", when(agent.get("created"))),
+            ("persona", agent.get("persona")),
+        ],
+    )
+
+
+@agent_app.command("add")
+def add(
+    ctx: typer.Context,
+    agent_id: Annotated[str, typer.Argument(metavar="ID", help="Lowercase slug, e.g. 'alice'.")],
+    name: Annotated[str | None, typer.Option(help="Display name.")] = None,
+    workspace: Annotated[
+        Path | None, typer.Option(help="The agent's workspace directory (summary files live here).")
+    ] = None,
+    persona: Annotated[str | None, typer.Option(help="Persona / system prompt.")] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(help=f"Runtime kind: {', '.join(RUNTIME_KINDS)}."),
+    ] = None,
+    runtime_json: Annotated[
+        str | None,
+        typer.Option("--runtime-json", help='Runtime settings as JSON, e.g. \'{"model": "x"}\'.'),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create an agent (operator). Prints its token once: store it now."""
+    body: dict[str, Any] = {"id": agent_id}
+    if name is not None:
+        body["display_name"] = name
+    if workspace is not None:
+        body["workspace"] = str(workspace.expanduser().resolve())
+    if persona is not None:
+        body["persona"] = persona
+    runtime_block = runtime_config(runtime, runtime_json)
+    if runtime_block is not None:
+        body["runtime"] = runtime_block
+    created = client(ctx).post("/v1/agents", body)
+
+    def render(data: dict[str, Any]) -> None:
+        render_agent(data["principal"])
+        console.print(
+            Panel(
+                f"[bold]{data['token']}[/bold]\n\n"
+                "This token is shown only once. Give it to the agent (PARLEY_TOKEN or the MCP "
+                "configuration); `parley token issue` makes a new one.",
+                title=f"token for {data['principal']['id']}",
+                border_style="yellow",
+            ),
+        )
+
+    emit(ctx, as_json, created, render)
+
+
+@agent_app.command("list")
+def list_agents(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """All agents."""
+    agents = client(ctx).get("/v1/agents")
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        table(
+            "agents",
+            ["id", "name", "runtime", "workspace", "active", "created"],
+            [
+                (
+                    a["id"],
+                    a.get("display_name"),
+                    (a.get("runtime") or {}).get("kind", "none"),
+                    a.get("workspace") or "",
+                    "yes" if a.get("active") else "no",
+                    when_short(a.get("created")),
+                )
+                for a in rows
+            ],
+        )
+
+    emit(ctx, as_json, agents, render)
+
+
+@agent_app.command("show")
+def show(
+    ctx: typer.Context,
+    agent_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+) -> None:
+    """One agent (runtime secrets are redacted by the hub)."""
+    emit(ctx, as_json, client(ctx).get(f"/v1/agents/{agent_id}"), render_agent)
+
+
+@token_app.command("issue")
+def issue(
+    ctx: typer.Context,
+    principal: Annotated[str, typer.Argument(help="Agent or human id.")],
+    rotate: Annotated[bool, typer.Option(help="Revoke the principal's previous tokens.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Issue a new token for an agent or human (operator). Shown once."""
+    issued = client(ctx).post(f"/v1/principals/{principal}/tokens", {"rotate": rotate})
+
+    def render(data: dict[str, Any]) -> None:
+        note = "Previous tokens are revoked." if rotate else "Previous tokens stay valid."
+        console.print(
+            Panel(
+                f"[bold]{data['token']}[/bold]\n\nShown only once. {note}",
+                title=f"token for {data['principal_id']}",
+                border_style="yellow",
+            ),
+        )
+
+    emit(ctx, as_json, issued, render)
+
+
+def whoami(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Who the configured token belongs to, and which hub answered."""
+    me = client(ctx).get("/v1/whoami")
+
+    def render(data: dict[str, Any]) -> None:
+        cfg = state(ctx).config()
+        render_agent(data)
+        console.print(Text(f"hub {cfg.url} (from {cfg.url_source})", style="dim"))
+        console.print(Text(f"token from {cfg.token_source}", style="dim"))
+
+    emit(ctx, as_json, me, render)

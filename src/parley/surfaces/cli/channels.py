@@ -1,0 +1,259 @@
+"""``parley channel …`` and ``parley task …``: channels, their transcripts and discussion tasks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.text import Text
+
+from parley.surfaces.cli.output import (
+    JsonFlag,
+    client,
+    console,
+    emit,
+    fields,
+    table,
+    wants_json,
+    when,
+    when_short,
+)
+from parley.surfaces.cli.transcript import BACKLOG, TranscriptView, task_state, watch_channel
+
+channel_app = typer.Typer(help="Channels and their transcripts.", no_args_is_help=True)
+task_app = typer.Typer(help="Discussion tasks: one run of speaking turns.", no_args_is_help=True)
+
+ChannelId = Annotated[str, typer.Argument(metavar="CHANNEL_ID")]
+TaskId = Annotated[str, typer.Argument(metavar="TASK_ID")]
+Members = Annotated[list[str] | None, typer.Option("--member", help="A member (repeatable).")]
+Latest = Annotated[int, typer.Option(help="How many earlier messages to show first.", min=0)]
+
+
+def render_channel(c: dict[str, Any]) -> None:
+    meta = c.get("metadata") or {}
+    fields(
+        f"{c['kind']} channel {c['id']}",
+        [
+            ("name", c.get("name")),
+            ("status", c.get("status")),
+            ("members", c.get("members")),
+            ("private", "yes" if c.get("private") else None),
+            ("rounds", c.get("discussion_rounds")),
+            ("owner agent", c.get("owner_agent_id")),
+            ("created by", c.get("created_by")),
+            ("created", when(c.get("created"))),
+            ("messages", c.get("last_seq")),
+            *((f"metadata.{k}", v) for k, v in meta.items()),
+        ],
+    )
+
+
+def channel_rows(channels: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            c["id"],
+            c.get("name"),
+            c.get("kind"),
+            c.get("status"),
+            ", ".join(c.get("members") or []),
+            c.get("last_seq"),
+        )
+        for c in channels
+    ]
+
+
+def render_task(t: dict[str, Any]) -> None:
+    fields(
+        f"task {t['id']}",
+        [
+            ("channel", t.get("channel_id")),
+            ("mode", t.get("mode")),
+            ("status", t.get("status")),
+            ("end reason", t.get("end_reason")),
+            ("members", t.get("members")),
+            ("round", f"{t.get('current_round', 0)}/{t.get('rounds')}"),
+            ("calls", t.get("calls")),
+            ("accepted", t.get("accepted")),
+            ("failed member", t.get("failed_member")),
+            ("error", t.get("error")),
+            ("trigger", t.get("trigger_id")),
+            ("created", when(t.get("created"))),
+            ("finished", when(t.get("finished"))),
+        ],
+    )
+
+
+def render_posted(data: dict[str, Any]) -> None:
+    message = data.get("message") or {}
+    line = f"posted {message.get('id')} (#{message.get('seq')})"
+    if data.get("task_id"):
+        line += f"; task {data['task_id']} started"
+    console.print(Text(line))
+
+
+@channel_app.command("list")
+def list_channels(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Channels you can see."""
+    channels = client(ctx).get("/v1/channels")
+    columns = ["id", "name", "kind", "status", "members", "messages"]
+    emit(ctx, as_json, channels, lambda cs: table("channels", columns, channel_rows(cs)))
+
+
+@channel_app.command("show")
+def show(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False) -> None:
+    """One channel with its members and metadata."""
+    emit(ctx, as_json, client(ctx).get(f"/v1/channels/{channel_id}"), render_channel)
+
+
+@channel_app.command("create")
+def create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Option(help="Channel name.")],
+    member: Members = None,
+    kind: Annotated[Literal["group", "direct"], typer.Option(help="group or direct.")] = "group",
+    rounds: Annotated[
+        int | None, typer.Option(help="Discussion rounds per task (1-5).", min=1, max=5)
+    ] = None,
+    private: Annotated[bool, typer.Option(help="Visible to members only.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a group or direct channel."""
+    body: dict[str, Any] = {"name": name, "kind": kind, "members": member or []}
+    if rounds is not None:
+        body["discussion_rounds"] = rounds
+    if private:
+        body["private"] = True
+    emit(ctx, as_json, client(ctx).post("/v1/channels", body), render_channel)
+
+
+@channel_app.command("post")
+def post(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    text: Annotated[str, typer.Argument(help="The message.")],
+    reply_to: Annotated[str | None, typer.Option(help="Id of the message answered.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Post a message as the caller."""
+    body: dict[str, Any] = {"content": text}
+    if reply_to is not None:
+        body["reply_to"] = reply_to
+    emit(ctx, as_json, client(ctx).post(f"/v1/channels/{channel_id}/messages", body), render_posted)
+
+
+@channel_app.command("messages")
+def messages(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    after: Annotated[int | None, typer.Option(help="Only messages after this seq.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=1000)] = None,
+    latest: Annotated[int | None, typer.Option(help="Only the latest N messages.", min=1)] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """A channel's messages in order."""
+    rows = client(ctx).get(
+        f"/v1/channels/{channel_id}/messages", after_seq=after, limit=limit, latest=latest
+    )
+
+    def render(ms: list[dict[str, Any]]) -> None:
+        view = TranscriptView(console, machine=False)
+        for m in ms:
+            view.message(m)
+        if not ms:
+            console.print("[dim]no messages[/dim]")
+
+    emit(ctx, as_json, rows, render)
+
+
+@channel_app.command("watch")
+def watch(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    follow: Annotated[
+        bool, typer.Option(help="Keep watching forever instead of ending with the running task.")
+    ] = True,
+    latest: Latest = BACKLOG,
+    as_json: JsonFlag = False,
+) -> None:
+    """Follow a channel live (Ctrl+C stops); --json prints one JSON event per line."""
+    view = TranscriptView(console, machine=wants_json(ctx, as_json))
+    try:
+        watch_channel(client(ctx), channel_id, view, follow=follow, latest=latest)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@task_app.command("show")
+def task_show(
+    ctx: typer.Context,
+    task_id: TaskId,
+    invocations: Annotated[bool, typer.Option(help="Also list each runtime call.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """A task's state, snapshot and end reason."""
+    hub = client(ctx)
+    task = hub.get(f"/v1/tasks/{task_id}")
+    calls = hub.get(f"/v1/tasks/{task_id}/invocations") if invocations else None
+
+    def render(_: Any) -> None:
+        render_task(task)
+        if calls is not None:
+            table(
+                "invocations",
+                ["round", "agent", "outcome", "reason", "route", "prompt ids", "message"],
+                [
+                    (
+                        i.get("round"),
+                        i.get("agent_id"),
+                        i.get("outcome"),
+                        i.get("reason"),
+                        i.get("model_route"),
+                        f"{i.get('prompt_first_id') or ''}..{i.get('prompt_last_id') or ''}",
+                        i.get("message_id"),
+                    )
+                    for i in calls
+                ],
+            )
+
+    emit(ctx, as_json, task if calls is None else {"task": task, "invocations": calls}, render)
+
+
+@task_app.command("cancel")
+def task_cancel(ctx: typer.Context, task_id: TaskId, as_json: JsonFlag = False) -> None:
+    """Cancel a running task; messages already posted stay."""
+    result = client(ctx).delete(f"/v1/tasks/{task_id}")
+
+    def render(data: Any) -> None:
+        if isinstance(data, dict) and "id" in data:
+            console.print(Text(task_state(data)))
+        else:
+            console.print(Text(f"cancel requested for task {task_id}"))
+
+    emit(ctx, as_json, result, render)
+
+
+@channel_app.command("tasks")
+def tasks(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False) -> None:
+    """A channel's discussion tasks, newest last."""
+    rows = client(ctx).get(f"/v1/channels/{channel_id}/tasks")
+    emit(
+        ctx,
+        as_json,
+        rows,
+        lambda ts: table(
+            "tasks",
+            ["id", "mode", "status", "end reason", "round", "accepted", "created"],
+            [
+                (
+                    t["id"],
+                    t.get("mode"),
+                    t.get("status"),
+                    t.get("end_reason"),
+                    f"{t.get('current_round', 0)}/{t.get('rounds')}",
+                    f"{t.get('accepted', 0)}/{t.get('calls', 0)}",
+                    when_short(t.get("created")),
+                )
+                for t in ts
+            ],
+        ),
+    )

@@ -1,0 +1,259 @@
+"""``parley discuss …`` (discussion channels that report back) and ``parley group …``."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from parley.surfaces.cli.channels import ChannelId, Latest, Members, render_channel, render_posted
+from parley.surfaces.cli.output import (
+    JsonFlag,
+    client,
+    console,
+    emit,
+    fields,
+    print_json_line,
+    table,
+    wants_json,
+)
+from parley.surfaces.cli.transcript import BACKLOG, TranscriptView, task_state, watch_channel
+
+discuss_app = typer.Typer(
+    help="Discussions: a private channel whose result goes back to whoever started it.",
+    no_args_is_help=True,
+)
+group_app = typer.Typer(help="Group channels: round-robin discussions.", no_args_is_help=True)
+
+Follow = Annotated[
+    bool, typer.Option(help="Keep watching after the running task ends (Ctrl+C stops).")
+]
+DISCUSSION_FIELDS = (
+    "status",
+    "mode",
+    "initiatorAgentId",
+    "initiatorSessionId",
+    "originChannelId",
+    "discussGuide",
+    "summaryPath",
+    "createdAt",
+    "completedAt",
+)
+
+
+def name_from(guide: str) -> str:
+    """A channel name from the first words of a guide: 'discuss-api-versioning-plan'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", guide.lower()).strip("-")
+    return ("discuss-" + slug)[:40].rstrip("-") or "discussion"
+
+
+def follow_channel(
+    ctx: typer.Context,
+    channel_id: str,
+    *,
+    follow: bool,
+    latest: int,
+    as_json: bool,
+    after: int | None = None,
+    task_id: str | None = None,
+) -> None:
+    view = TranscriptView(console, machine=wants_json(ctx, as_json))
+    try:
+        finished = watch_channel(
+            client(ctx),
+            channel_id,
+            view,
+            follow=follow,
+            latest=latest,
+            after=after,
+            task_id=task_id,
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    if finished is None and not follow and not view.machine:
+        console.print("[dim]no discussion is running; --follow keeps watching[/dim]")
+
+
+@discuss_app.command("start")
+def start(
+    ctx: typer.Context,
+    guide: Annotated[str, typer.Option(help="What to discuss and what conclusion to reach.")],
+    member: Members = None,
+    origin: Annotated[
+        str | None,
+        typer.Option(help="Channel to report back to (default: your work channel)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Channel name.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Open a discussion channel; its result-ready message wakes the origin channel."""
+    hub = client(ctx)
+    if origin is None:
+        origin = hub.get("/v1/whoami").get("work_channel_id")
+        if not origin:
+            raise typer.BadParameter(
+                "you have no work channel to report back to; name one with --origin",
+                param_hint="--origin",
+            )
+    if not member:
+        raise typer.BadParameter("name at least one --member", param_hint="--member")
+    body = {
+        "name": name or name_from(guide),
+        "members": member,
+        "callbackChannelId": origin,
+        "discussGuide": guide,
+    }
+    emit(ctx, as_json, hub.post("/v1/channels/private", body), render_channel)
+
+
+@discuss_app.command("status")
+def status(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False) -> None:
+    """A discussion's state: initiator, origin, guide, summary, and its latest task."""
+    hub = client(ctx)
+    channel = hub.get(f"/v1/channels/{channel_id}")
+    tasks = hub.get(f"/v1/channels/{channel_id}/tasks")
+
+    def render(_: Any) -> None:
+        meta = channel.get("metadata") or {}
+        if meta.get("mode") != "discussion":
+            console.print(
+                Text(f"{channel_id} is a {channel.get('kind')} channel, not a discussion")
+            )
+        fields(
+            f"discussion {channel_id} ({channel.get('name')})",
+            [("members", channel.get("members"))] + [(k, meta.get(k)) for k in DISCUSSION_FIELDS],
+        )
+        if tasks:
+            console.print(Text(task_state(tasks[-1])))
+
+    emit(ctx, as_json, {"channel": channel, "tasks": tasks}, render)
+
+
+@discuss_app.command("callback")
+def callback(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    summary_path: Annotated[
+        str, typer.Argument(help="The summary file; relative paths are in your workspace.")
+    ],
+    as_json: JsonFlag = False,
+) -> None:
+    """Finish a discussion you started with its summary file (initiator only)."""
+    body = {"summaryPath": summary_path}
+    closed = client(ctx).post(f"/v1/channels/{channel_id}/callback", body)
+
+    def render(c: dict[str, Any]) -> None:
+        meta = c.get("metadata") or {}
+        console.print(
+            Text(
+                f"discussion {c['id']} is {meta.get('status')}; the summary "
+                f"{meta.get('summaryPath')} was sent to {meta.get('originChannelId')}"
+            )
+        )
+
+    emit(ctx, as_json, closed, render)
+
+
+@discuss_app.command("close")
+def close(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    reason: Annotated[str, typer.Option(help="Why the discussion is closed.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Force-close a discussion without a summary (operator)."""
+    closed = client(ctx).post(f"/v1/channels/{channel_id}/close", {"reason": reason})
+    emit(ctx, as_json, closed, render_channel)
+
+
+@discuss_app.command("watch")
+def discuss_watch(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    follow: Follow = False,
+    latest: Latest = BACKLOG,
+    as_json: JsonFlag = False,
+) -> None:
+    """Watch a discussion live until its running task ends."""
+    follow_channel(ctx, channel_id, follow=follow, latest=latest, as_json=as_json)
+
+
+@group_app.command("create")
+def group_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Option(help="Group name.")],
+    member: Members = None,
+    rounds: Annotated[int, typer.Option(help="Rounds per discussion (1-5).", min=1, max=5)] = 3,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a group: every human message starts (or supersedes) a round-robin discussion."""
+    if not member:
+        raise typer.BadParameter("name at least one --member", param_hint="--member")
+    body = {"name": name, "kind": "group", "members": member, "discussion_rounds": rounds}
+    emit(ctx, as_json, client(ctx).post("/v1/channels", body), render_channel)
+
+
+@group_app.command("post")
+def group_post(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    text: Annotated[str, typer.Argument(help="The message that starts the discussion.")],
+    watch: Annotated[bool, typer.Option(help="Then watch the discussion until it ends.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Post to a group; a newer message supersedes the running discussion."""
+    posted = client(ctx).post(f"/v1/channels/{channel_id}/messages", {"content": text})
+    if watch and wants_json(ctx, as_json):
+        print_json_line(posted)  # the stream that follows is JSON lines too
+    else:
+        emit(ctx, as_json, posted, render_posted)
+    if watch:
+        seq = int((posted.get("message") or {}).get("seq") or 0)
+        follow_channel(
+            ctx,
+            channel_id,
+            follow=False,
+            latest=0,
+            as_json=as_json,
+            after=seq,
+            task_id=posted.get("task_id"),
+        )
+
+
+@group_app.command("watch")
+def group_watch(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    follow: Follow = False,
+    latest: Latest = BACKLOG,
+    as_json: JsonFlag = False,
+) -> None:
+    """Live transcript with speakers, rounds and task state; ends with the running task."""
+    follow_channel(ctx, channel_id, follow=follow, latest=latest, as_json=as_json)
+
+
+@group_app.command("list")
+def group_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Group channels you can see."""
+    groups = [c for c in client(ctx).get("/v1/channels") if c.get("kind") == "group"]
+    emit(
+        ctx,
+        as_json,
+        groups,
+        lambda gs: table(
+            "groups",
+            ["id", "name", "members", "rounds", "messages"],
+            [
+                (
+                    g["id"],
+                    g.get("name"),
+                    ", ".join(g.get("members") or []),
+                    g.get("discussion_rounds"),
+                    g.get("last_seq"),
+                )
+                for g in gs
+            ],
+        ),
+    )

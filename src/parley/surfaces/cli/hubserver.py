@@ -1,0 +1,148 @@
+"""Run a started hub under uvicorn for ``parley serve``.
+
+The hub is started before the server listens, so a refusal to start (another hub holds this
+SQLite data root, an unknown schema, an unreachable database) is one plain error line and exit
+status 1 instead of an ASGI lifespan traceback. Imported only by ``parley serve``: the server
+stack is not loaded for client commands.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import uvicorn
+from rich.text import Text
+
+from parley.bootstrap import build_hub
+from parley.config import Settings, operator_token_path, write_hub_info
+from parley.core.errors import ParleyError
+from parley.service.hub import Hub
+from parley.surfaces.cli.output import console, print_error
+from parley.surfaces.rest.app import create_app
+
+
+def write_operator_token(home: Path, token: str) -> Path:
+    """Store the operator token readable by this user only (0600), replacing any old file."""
+    path = operator_token_path(home)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses; a wildcard bind is reached over loopback."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def describe_database(settings: Settings) -> str:
+    url = settings.resolved_database_url()
+    if url.startswith("sqlite:///"):
+        return f"SQLite {url[len('sqlite:///') :]}"
+    parts = urlsplit(url)
+    where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    return f"PostgreSQL {where}"
+
+
+class HubServer(uvicorn.Server):
+    """A uvicorn server that announces the hub once it listens."""
+
+    def __init__(self, config: uvicorn.Config, hub: Hub, *, first_start: bool) -> None:
+        super().__init__(config)
+        self.hub = hub
+        self.first_start = first_start
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.announce()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises a caught signal after serving, which would kill the process before
+        # the hub closes its store; the shutdown it asked for is already under way.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
+
+    def bound_port(self) -> int:
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets or ():
+                return int(sock.getsockname()[1])
+        return self.config.port
+
+    def announce(self) -> None:
+        settings = self.hub.settings
+        home = settings.data_root()
+        url = client_url(self.config.host, self.bound_port())
+        write_hub_info(home, url)
+        token_path = operator_token_path(home)
+        if self.first_start:
+            token_note = f"{token_path} (created on this first start; it is never shown again)"
+        elif token_path.exists():
+            token_note = f"{token_path}"
+        else:
+            token_note = (
+                f"not in {token_path}: it was written on the first start of this database; "
+                "copy it here or use --token/PARLEY_TOKEN"
+            )
+        rows = [
+            ("data root", str(home)),
+            ("database", describe_database(settings)),
+            ("operator token", token_note),
+            ("API docs", f"{url}/docs"),
+        ]
+        console.print(Text(f"parley hub running at {url}", style="bold green"), soft_wrap=True)
+        for key, value in rows:
+            console.print(Text(f"  {key:<15} {value}"), soft_wrap=True)
+        console.print(Text("Press Ctrl+C to stop.", style="dim"))
+        console.file.flush()
+
+
+async def run_hub(settings: Settings, log_level: str) -> int:
+    """Start the hub, serve it until a signal, stop it. Returns the exit status."""
+    try:
+        hub = build_hub(settings)
+        await hub.start()
+    except ParleyError as exc:
+        print_error(exc.code, exc.message)
+        return 1
+    try:
+        home = settings.data_root()
+        first_start = hub.operator_token is not None
+        if hub.operator_token is not None:
+            write_operator_token(home, hub.operator_token)
+        config = uvicorn.Config(
+            create_app(settings, hub=hub),
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=log_level in ("info", "debug"),
+            timeout_graceful_shutdown=5,
+        )
+        server = HubServer(config, hub, first_start=first_start)
+        try:
+            await server.serve()
+        except SystemExit:
+            if server.started:
+                raise
+            print_error(
+                "listen_failed",
+                f"could not listen on {settings.host}:{settings.port} (see the message above); "
+                "choose another port with --port or PARLEY_PORT",
+            )
+            return 1
+    finally:
+        await hub.stop()
+    return 0

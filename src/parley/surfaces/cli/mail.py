@@ -1,0 +1,320 @@
+"""``parley mail …``: send, read and move mail through its lifecycle, summaries, live inbox."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.text import Text
+
+from parley.core.mail import DEFAULT_TTL_SECONDS, MAIL_KINDS
+from parley.surfaces.cli.client import HubClient
+from parley.surfaces.cli.output import (
+    JsonFlag,
+    age,
+    client,
+    console,
+    emit,
+    fields,
+    print_json_line,
+    table,
+    wants_json,
+    when,
+    when_short,
+)
+
+mail_app = typer.Typer(help="Durable mail between agents and humans.", no_args_is_help=True)
+
+MessageId = Annotated[str, typer.Argument(metavar="MESSAGE_ID", help="The message's id.")]
+Label = Annotated[str | None, typer.Option(help="Archive label, e.g. a wave.")]
+
+
+def read_body(body: str | None, body_file: Path | None) -> str:
+    if body is not None and body_file is not None:
+        raise typer.BadParameter("give --body or --body-file, not both", param_hint="--body")
+    if body_file is None:
+        return body or ""
+    if str(body_file) == "-":
+        return sys.stdin.read()
+    try:
+        return body_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {str(body_file)!r}: {exc.strerror}") from exc
+
+
+def my_id(hub: HubClient) -> str:
+    return str(hub.get("/v1/whoami")["id"])
+
+
+def mail_rows(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            m["id"],
+            when_short(m.get("created")),
+            m.get("from_id"),
+            m.get("recipient_id"),
+            m.get("kind"),
+            m.get("status"),
+            m.get("subject"),
+            ", ".join(m.get("labels") or []),
+        )
+        for m in messages
+    ]
+
+
+MAIL_COLUMNS = ["id", "created", "from", "to", "kind", "status", "subject", "labels"]
+
+
+def render_message(m: dict[str, Any]) -> None:
+    fields(
+        f"{m['kind']} {m['id']}",
+        [
+            ("from", f"{m.get('from_id')} ({m.get('from_kind')})"),
+            ("to", f"{m.get('recipient_id')} (sent to {m.get('to_kind')} {m.get('to_id')})"),
+            ("cc", m.get("cc")),
+            ("subject", m.get("subject")),
+            ("status", m.get("status")),
+            ("created", when(m.get("created"))),
+            ("read", when(m.get("read_at"))),
+            ("closed", when(m.get("closed_at"))),
+            ("archive label", m.get("archive_label")),
+            ("labels", m.get("labels")),
+            ("related", m.get("related")),
+            ("parent", m.get("parent_message_id")),
+            ("correlation", m.get("correlation_id")),
+            ("copy of", m.get("copy_of")),
+            ("failure", m.get("failure_reason")),
+            ("payload", m.get("payload")),
+        ],
+    )
+    if m.get("body"):
+        console.print(Panel(Markdown(m["body"]), border_style="dim"))
+
+
+def render_changed(m: dict[str, Any]) -> None:
+    label = f" under {m['archive_label']!r}" if m.get("archive_label") else ""
+    console.print(Text(f"{m['id']} is now {m['status']}{label}"))
+
+
+@mail_app.command("send")
+def send(
+    ctx: typer.Context,
+    to: Annotated[str, typer.Argument(help="Agent id, 'session:<id>', 'channel:<id>' or '*'.")],
+    kind: Annotated[str, typer.Option(help=f"One of: {', '.join(MAIL_KINDS)}.")] = "notice",
+    subject: Annotated[str, typer.Option(help="Subject line.")] = "",
+    body: Annotated[str | None, typer.Option(help="Markdown body.")] = None,
+    body_file: Annotated[
+        Path | None, typer.Option("--body-file", help="Read the body from a file ('-': stdin).")
+    ] = None,
+    cc: Annotated[list[str] | None, typer.Option(help="Copy to (repeatable).")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
+    related: Annotated[list[str] | None, typer.Option(help="Related id (repeatable).")] = None,
+    parent: Annotated[str | None, typer.Option(help="The message this replies to.")] = None,
+    correlation: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="A resend with the same key returns the original.")
+    ] = None,
+    ttl: Annotated[int, typer.Option(help="Seconds until the message expires.")] = (
+        DEFAULT_TTL_SECONDS
+    ),
+    payload: Annotated[str | None, typer.Option(help="A JSON object sent along.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Send mail as the caller."""
+    request: dict[str, Any] = {
+        "to": to,
+        "kind": kind,
+        "subject": subject,
+        "body": read_body(body, body_file),
+        "cc": cc or [],
+        "labels": label or [],
+        "related": related or [],
+        "parent_message_id": parent,
+        "correlation_id": correlation,
+        "idempotency_key": idempotency_key,
+        "ttl_seconds": ttl,
+    }
+    if payload is not None:
+        try:
+            request["payload"] = json.loads(payload)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+    sent = client(ctx).post("/v1/mail", request)
+    emit(
+        ctx,
+        as_json,
+        sent,
+        lambda m: console.print(Text(f"sent {m['kind']} {m['id']} to {m['recipient_id']}")),
+    )
+
+
+@mail_app.command("inbox")
+def inbox(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Argument(help="Whose inbox (default: yours).")] = None,
+    unread: Annotated[bool, typer.Option(help="Only mail not read yet.")] = False,
+    kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
+    status: Annotated[list[str] | None, typer.Option(help="Only these statuses.")] = None,
+    label: Annotated[str | None, typer.Option(help="Only mail with this label.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include closed and archived mail.")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    as_json: JsonFlag = False,
+) -> None:
+    """An inbox in delivery order."""
+    hub = client(ctx)
+    owner = agent or my_id(hub)
+    messages = hub.get(
+        f"/v1/agents/{owner}/inbox",
+        unread=unread or None,
+        kind=kind,
+        status=status or None,
+        label=label,
+        include_archived=all_ or None,
+        limit=limit,
+    )
+    emit(ctx, as_json, messages, lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms)))
+
+
+@mail_app.command("show")
+def show(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
+    """One message with its body."""
+    emit(ctx, as_json, client(ctx).get(f"/v1/mail/{message_id}"), render_message)
+
+
+@mail_app.command("thread")
+def thread(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
+    """Replies, the same correlation id and related messages."""
+    messages = client(ctx).get(f"/v1/mail/{message_id}/thread")
+    emit(ctx, as_json, messages, lambda ms: table("thread", MAIL_COLUMNS, mail_rows(ms)))
+
+
+def move(
+    ctx: typer.Context, message_id: str, status: str, label: str | None, as_json: bool
+) -> None:
+    body: dict[str, Any] = {"status": status}
+    if label is not None:
+        body["label"] = label
+    emit(ctx, as_json, client(ctx).post(f"/v1/mail/{message_id}/status", body), render_changed)
+
+
+@mail_app.command("ack")
+def ack(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
+    """Acknowledge: mark your message read."""
+    move(ctx, message_id, "read", None, as_json)
+
+
+@mail_app.command("start")
+def start(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
+    """Mark your message in progress."""
+    move(ctx, message_id, "in_progress", None, as_json)
+
+
+@mail_app.command("close")
+def close(
+    ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
+) -> None:
+    """Close your message (it is archived, optionally under a label)."""
+    move(ctx, message_id, "closed", label, as_json)
+
+
+@mail_app.command("archive")
+def archive(
+    ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
+) -> None:
+    """Close and archive your message under a label."""
+    archived = client(ctx).post(f"/v1/mail/{message_id}/archive", {"label": label})
+    emit(ctx, as_json, archived, render_changed)
+
+
+@mail_app.command("redeliver")
+def redeliver(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
+    """Put a pending copy of an archived message back in its inbox (operator)."""
+    copy = client(ctx).post(f"/v1/mail/{message_id}/redeliver")
+    emit(
+        ctx,
+        as_json,
+        copy,
+        lambda m: console.print(Text(f"redelivered as {m['id']} to {m['recipient_id']}")),
+    )
+
+
+@mail_app.command("summary")
+def summary(
+    ctx: typer.Context,
+    agent: Annotated[
+        str | None,
+        typer.Argument(help="Whose summary (default: yours; for the operator, every agent)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Unread and in-progress counts, age of the oldest pending message, open blockers."""
+    hub = client(ctx)
+    data: Any
+    if agent is not None:
+        data = hub.get(f"/v1/agents/{agent}/summary")
+        rows = [data]
+    else:
+        me = hub.get("/v1/whoami")
+        owners = [me["id"]]
+        if me.get("role") == "operator":
+            owners += [a["id"] for a in hub.get("/v1/agents")]
+        rows = [hub.get(f"/v1/agents/{owner}/summary") for owner in owners]
+        data = rows if len(rows) > 1 else rows[0]
+
+    def render(_: Any) -> None:
+        table(
+            "mail summary",
+            ["agent", "unread", "in progress", "oldest pending", "open blockers", "open"],
+            [
+                (
+                    s["agent_id"],
+                    s["unread"],
+                    s["in_progress"],
+                    age(s.get("oldest_pending_age_s")),
+                    s["open_blockers"],
+                    s["total_open"],
+                )
+                for s in rows
+            ],
+        )
+
+    emit(ctx, as_json, data, render)
+
+
+@mail_app.command("watch")
+def watch(
+    ctx: typer.Context,
+    agent: Annotated[str | None, typer.Argument(help="Whose inbox (default: yours).")] = None,
+    after: Annotated[
+        int | None, typer.Option(help="Start after this inbox position (default: all).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Follow an inbox live: its mail so far, then new mail as it arrives (Ctrl+C stops)."""
+    hub = client(ctx)
+    owner = agent or my_id(hub)
+    machine = wants_json(ctx, as_json)
+    if not machine:
+        console.print(f"[dim]watching the inbox of {owner}; Ctrl+C stops[/dim]")
+    last = str(after) if after is not None else None
+    try:
+        for event in hub.stream(f"/v1/agents/{owner}/inbox/stream", last_id=last):
+            if event.event != "mail":
+                continue
+            m = event.json()
+            if machine:
+                print_json_line(m)
+                continue
+            line = Text()
+            line.append(f"{when(m.get('created'))} ", style="dim")
+            line.append(f"{m.get('kind')} ", style="bold")
+            line.append(f"from {m.get('from_id')}: {m.get('subject') or '(no subject)'} ")
+            line.append(f"[{m.get('status')}] {m['id']}", style="dim")
+            console.print(line)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None

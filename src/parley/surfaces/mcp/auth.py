@@ -1,0 +1,37 @@
+"""Who is calling a tool: the one authentication path of the MCP surface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.mcpserver import Context
+
+from parley.core.identity import Principal
+from parley.service.hub import Hub
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, if there is one."""
+    value = headers.get("authorization") or headers.get("Authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+class Authenticator:
+    """Turns the context of a tool call into the calling principal. Over HTTP the token is the
+    bearer token of the request that carried the call; over stdio or in memory, where there
+    are no headers, it is the token the server was built with."""
+
+    def __init__(self, hub: Hub, token: str | None) -> None:
+        self.hub = hub
+        self.token = token
+
+    async def __call__(self, ctx: Context[Any, Any]) -> Principal:
+        headers = ctx.headers
+        # A call that came over HTTP is judged by its own header, never by a token the server
+        # was started with: one hub serves many agents.
+        token = bearer_token(headers) if headers is not None else self.token
+        return await self.hub.identity.authenticate(token)

@@ -1,0 +1,45 @@
+"""Build turns for runtime tests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
+
+PROMPT = Prompt(
+    system="You are alice, a careful reviewer.",
+    task="Review the plan for the migration.",
+    transcript=(TranscriptEntry(id="m1", speaker="bob", role="agent", content="Ship it."),),
+    instructions="Round 1 of 2. Reply briefly or say NO_REPLY.",
+)
+
+
+def make_turn(
+    agent_id: str = "alice",
+    *,
+    prompt: Prompt = PROMPT,
+    timeout_s: float = 30.0,
+    cancel: asyncio.Event | None = None,
+    round: int | None = 1,
+    runtime: dict[str, Any] | None = None,
+    runtime_state: dict[str, Any] | None = None,
+    workspace: str | None = None,
+) -> Turn:
+    return Turn(
+        invocation_id=f"inv-{agent_id}-{round}",
+        agent=AgentProfile(
+            id=agent_id,
+            display_name=agent_id.title(),
+            workspace=workspace,
+            persona="",
+            runtime=runtime or {},
+        ),
+        channel_id="ch-1",
+        session_id=f"s-{agent_id}",
+        prompt=prompt,
+        timeout_s=timeout_s,
+        cancel=cancel or asyncio.Event(),
+        round=round,
+        runtime_state=runtime_state or {},
+    )

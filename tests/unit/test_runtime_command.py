@@ -1,0 +1,190 @@
+"""The command runtime against fake executables: text protocol, Claude Code stream-json, and
+the process-group cleanup on timeout and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.adapters.runtimes.command import CLAUDE_SESSION_KEY, CommandRuntime
+from parley.adapters.runtimes.factory import build_runtime
+from parley.core.errors import ConfigError, InvalidRequest, RuntimeFailure
+from parley.core.runtime import Usage
+from tests.fakes.ready import ReadyListener
+from tests.fakes.turns import PROMPT, make_turn
+
+FAKES = Path(__file__).resolve().parent.parent / "fakes"
+AGENT = [sys.executable, str(FAKES / "agent_command.py")]
+CLAUDE = [sys.executable, str(FAKES / "fake_claude.py")]
+
+
+def command(argv: list[str], **options: Any) -> CommandRuntime:
+    runtime = build_runtime({"kind": "command", "argv": argv, **options})
+    assert isinstance(runtime, CommandRuntime)
+    return runtime
+
+
+@pytest.fixture
+async def ready() -> AsyncIterator[ReadyListener]:
+    async with ReadyListener() as listener:
+        yield listener
+
+
+def is_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie waiting for its new parent to reap it counts)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+async def wait_gone(*pids: int) -> None:
+    deadline = time.monotonic() + 10
+    while not all(is_gone(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running: {[p for p in pids if not is_gone(p)]}"
+        await asyncio.sleep(0.02)
+
+
+async def test_text_protocol_sends_the_rendered_prompt_and_reads_stdout() -> None:
+    result = await command([*AGENT, "echo"]).respond(make_turn())
+    assert result.text == PROMPT.render().strip()
+    assert result.model_route.startswith("command:python")
+    assert "provider_wait_ms" in result.timings
+
+
+async def test_cwd_and_env_reach_the_child(tmp_path: Path) -> None:
+    script = "import os; print(os.getcwd(), os.environ['PARLEY_TEST_GREETING'])"
+    runtime = command([sys.executable, "-c", script], env={"PARLEY_TEST_GREETING": "hello"})
+    result = await runtime.respond(make_turn(workspace=str(tmp_path)))
+    assert result.text == f"{tmp_path} hello"
+
+
+async def test_a_nonzero_exit_is_a_failure_with_the_stderr_tail() -> None:
+    with pytest.raises(RuntimeFailure) as caught:
+        await command([*AGENT, "fail"]).respond(make_turn())
+    failure = caught.value
+    assert failure.reason == "error"
+    assert failure.details["exit_code"] == 3
+    assert "the model is on fire" in failure.details["stderr_tail"]
+    assert "the model is on fire" in failure.message
+
+
+async def test_no_output_is_an_empty_failure() -> None:
+    with pytest.raises(RuntimeFailure) as caught:
+        await command([*AGENT, "silent"]).respond(make_turn())
+    assert caught.value.reason == "empty"
+
+
+async def test_a_missing_program_is_a_failure() -> None:
+    with pytest.raises(RuntimeFailure) as caught:
+        await command(["/nonexistent/agent-binary"]).respond(make_turn())
+    assert caught.value.reason == "error"
+    assert "cannot start command" in caught.value.message
+
+
+async def test_timeout_kills_the_whole_process_group(ready: ReadyListener) -> None:
+    runtime = command([*AGENT, "hang"], env={"FAKE_READY_PORT": str(ready.port)})
+    call = asyncio.create_task(runtime.respond(make_turn(timeout_s=3)))
+    child, grandchild = map(int, (await ready.next_line(unless=call)).split())
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "timeout"
+    await wait_gone(child, grandchild)
+
+
+async def test_cancel_kills_a_group_that_ignores_sigterm(ready: ReadyListener) -> None:
+    runtime = command(
+        [*AGENT, "hang", "--ignore-term"],
+        env={"FAKE_READY_PORT": str(ready.port)},
+        kill_grace_s=0.2,
+    )
+    cancel = asyncio.Event()
+    call = asyncio.create_task(runtime.respond(make_turn(cancel=cancel)))
+    child, grandchild = map(int, (await ready.next_line(unless=call)).split())
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    await wait_gone(child, grandchild)
+
+
+async def test_claude_stream_json_reply_session_and_resume() -> None:
+    runtime = command([*CLAUDE, "reply"], protocol="claude-stream-json")
+    first = await runtime.respond(make_turn())
+    assert first.text == f"heard: {PROMPT.render().strip().splitlines()[-1]}"
+    assert first.usage == Usage(input_tokens=11, output_tokens=5)
+    assert first.runtime_state is not None
+    session = first.runtime_state[CLAUDE_SESSION_KEY]
+    # The next turn passes the session back; the fake only keeps it if --resume=<id> was given.
+    second = await runtime.respond(make_turn(runtime_state=first.runtime_state))
+    assert second.runtime_state == {CLAUDE_SESSION_KEY: session}
+    fresh = await runtime.respond(make_turn())
+    assert fresh.runtime_state != {CLAUDE_SESSION_KEY: session}
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "stop_reason"),
+    [
+        ("error", "error", "success"),
+        ("max-turns", "stop_reason", "error_max_turns"),
+        ("no-result", "error", None),
+    ],
+)
+async def test_claude_errors_are_failures(mode: str, reason: str, stop_reason: str | None) -> None:
+    runtime = command([*CLAUDE, mode], protocol="claude-stream-json")
+    with pytest.raises(RuntimeFailure) as caught:
+        await runtime.respond(make_turn())
+    assert caught.value.reason == reason
+    assert caught.value.stop_reason == stop_reason
+
+
+async def test_claude_cancel_sends_an_interrupt_first(ready: ReadyListener) -> None:
+    runtime = command(
+        [*CLAUDE, "hang"],
+        protocol="claude-stream-json",
+        env={"FAKE_READY_PORT": str(ready.port)},
+    )
+    cancel = asyncio.Event()
+    turn = make_turn(cancel=cancel)
+    call = asyncio.create_task(runtime.respond(turn))
+    pid = int(await ready.next_line(unless=call))
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    assert await ready.next_line() == f"interrupted parley-{turn.invocation_id}"
+    await wait_gone(pid)
+
+
+def test_real_claude_and_codex_are_blocked_in_tests() -> None:
+    for config in (
+        {"kind": "command", "preset": "claude-code"},
+        {"kind": "command", "preset": "codex"},
+        {"kind": "command", "argv": ["/usr/local/bin/claude", "-p"]},
+    ):
+        with pytest.raises(ConfigError) as caught:
+            build_runtime(config)
+        assert caught.value.code == "model_requests_blocked"
+
+
+@pytest.mark.parametrize(
+    ("config", "complaint"),
+    [
+        ({"kind": "command"}, "either 'argv'"),
+        ({"kind": "command", "argv": []}, "must name the program"),
+        ({"kind": "command", "argv": ["x"], "protocol": "smoke-signals"}, "protocol"),
+        ({"kind": "command", "argv": ["x"], "timeout_s": -1}, "timeout_s"),
+    ],
+)
+def test_bad_command_configs_are_refused_clearly(config: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        build_runtime(config)
+    assert caught.value.code == "invalid_runtime_config"
+    assert complaint in caught.value.message
