@@ -43,6 +43,10 @@ class StaticRuntimes:
             return self.fallback.get(agent_id, config)
         return found
 
+    def validate(self, config: dict[str, Any]) -> None:
+        if self.fallback is not None:
+            self.fallback.validate(config)
+
     async def aclose(self) -> None:
         for runtime in self.by_agent.values():
             await runtime.aclose()

@@ -267,75 +267,75 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
         # The topic, then one reply per answered turn, all committed before the kill.
         assert [m["sender_kind"] for m in before[name]] == ["human"] + ["agent"] * ANSWERED[name]
 
-    async with serving(HubProcess(home, database_url, log)) as second:
-        async with client(second.url, token) as op:
-            agents = {name: client(second.url, t) for name, t in agent_tokens.items()}
-            for name, channel_id in channel_ids.items():
-                after = await messages(op, channel_id)
-                assert [m["seq"] for m in after] == list(range(1, len(after) + 1))
-                assert len({m["id"] for m in after}) == len(after)
-                assert after[: len(before[name])] == before[name]
-                assert topics[name] in {m["id"] for m in after}
-                (note,) = after[len(before[name]) :]
-                assert note["sender_kind"] == "system"
-                assert INTERRUPTED_NOTE in note["content"]
-                (task,) = await tasks(op, channel_id)
-                assert task["id"] == running[name]
-                assert (task["status"], task["end_reason"]) == ("finished", "interrupted")
+    second = HubProcess(home, database_url, log)
+    async with serving(second), client(second.url, token) as op:
+        agents = {name: client(second.url, t) for name, t in agent_tokens.items()}
+        for name, channel_id in channel_ids.items():
+            after = await messages(op, channel_id)
+            assert [m["seq"] for m in after] == list(range(1, len(after) + 1))
+            assert len({m["id"] for m in after}) == len(after)
+            assert after[: len(before[name])] == before[name]
+            assert topics[name] in {m["id"] for m in after}
+            (note,) = after[len(before[name]) :]
+            assert note["sender_kind"] == "system"
+            assert INTERRUPTED_NOTE in note["content"]
+            (task,) = await tasks(op, channel_id)
+            assert task["id"] == running[name]
+            assert (task["status"], task["end_reason"]) == ("finished", "interrupted")
 
-            # The dead hub's pending turns are not offered again and cannot be answered.
-            for member, agent in agents.items():
-                assert await next_turn(agent, timeout_s=0) is None, member
-            for turn in pending:
-                r = await agents[turn["agent_id"]].post(
-                    f"/v1/turns/{turn['id']}/speak", json={"text": "too late"}
-                )
-                assert r.status_code == 409, r.text
-
-            # Mail: each acknowledged message is there once; nothing is there twice.
-            stored: list[dict[str, Any]] = []
-            for agent_id in agent_tokens:
-                stored += await inbox(op, agent_id)
-            ids = [m["id"] for m in stored]
-            keys = [m["idempotency_key"] for m in stored]
-            assert len(set(ids)) == len(ids)
-            assert len(set(keys)) == len(keys)
-            by_id = {m["id"]: m for m in stored}
-            for key, sent in acked_mail.items():
-                assert sent["id"] in by_id, f"acknowledged mail {key} was lost"
-                assert by_id[sent["id"]]["idempotency_key"] == key
-            # Unacknowledged sends cut off by the kill may have committed, but only once.
-            assert len(stored) - len(acked_mail) <= 3
-            # A client retrying an acknowledged send after the crash gets the original back.
-            key, sent = next(iter(acked_mail.items()))
-            r = await agents[sent["from_id"]].post(
-                "/v1/mail",
-                json={"to": sent["to_id"], "kind": "info", "subject": key, "idempotency_key": key},
+        # The dead hub's pending turns are not offered again and cannot be answered.
+        for member, agent in agents.items():
+            assert await next_turn(agent, timeout_s=0) is None, member
+        for turn in pending:
+            r = await agents[turn["agent_id"]].post(
+                f"/v1/turns/{turn['id']}/speak", json={"text": "too late"}
             )
-            assert r.status_code in (200, 201) and r.json()["id"] == sent["id"]
+            assert r.status_code == 409, r.text
 
-            # The discussion resumes: a new message starts a new task that runs to its end.
-            north, members = channel_ids["north"], CHANNELS["north"]
-            r = await op.post(
-                f"/v1/im/sessions/{north}/messages", json={"content": "Pick up where we left"}
+        # Mail: each acknowledged message is there once; nothing is there twice.
+        stored: list[dict[str, Any]] = []
+        for agent_id in agent_tokens:
+            stored += await inbox(op, agent_id)
+        ids = [m["id"] for m in stored]
+        keys = [m["idempotency_key"] for m in stored]
+        assert len(set(ids)) == len(ids)
+        assert len(set(keys)) == len(keys)
+        by_id = {m["id"]: m for m in stored}
+        for key, sent in acked_mail.items():
+            assert sent["id"] in by_id, f"acknowledged mail {key} was lost"
+            assert by_id[sent["id"]]["idempotency_key"] == key
+        # Unacknowledged sends cut off by the kill may have committed, but only once.
+        assert len(stored) - len(acked_mail) <= 3
+        # A client retrying an acknowledged send after the crash gets the original back.
+        key, sent = next(iter(acked_mail.items()))
+        r = await agents[sent["from_id"]].post(
+            "/v1/mail",
+            json={"to": sent["to_id"], "kind": "info", "subject": key, "idempotency_key": key},
+        )
+        assert r.status_code in (200, 201) and r.json()["id"] == sent["id"]
+
+        # The discussion resumes: a new message starts a new task that runs to its end.
+        north, members = channel_ids["north"], CHANNELS["north"]
+        r = await op.post(
+            f"/v1/im/sessions/{north}/messages", json={"content": "Pick up where we left"}
+        )
+        assert r.status_code == 201, r.text
+        resumed = r.json()["task_id"]
+        assert resumed not in (None, running["north"])
+        for k in range(len(members) * ROUNDS):
+            member = members[k % len(members)]
+            turn = await next_turn(agents[member])
+            assert turn is not None and turn["task_id"] == resumed
+            r = await agents[member].post(
+                f"/v1/turns/{turn['id']}/speak", json={"text": f"{member} resumes {k}"}
             )
-            assert r.status_code == 201, r.text
-            resumed = r.json()["task_id"]
-            assert resumed not in (None, running["north"])
-            for k in range(len(members) * ROUNDS):
-                member = members[k % len(members)]
-                turn = await next_turn(agents[member])
-                assert turn is not None and turn["task_id"] == resumed
-                r = await agents[member].post(
-                    f"/v1/turns/{turn['id']}/speak", json={"text": f"{member} resumes {k}"}
-                )
-                assert r.status_code == 200, r.text
-            assert (await finished(op, resumed))["end_reason"] == "max_rounds"
-            final = await messages(op, north)
-            assert [m["seq"] for m in final] == list(range(1, len(final) + 1))
-            replies = [m for m in final if m.get("task_id") == resumed]
-            assert [m["content"] for m in replies] == [
-                f"{members[k % len(members)]} resumes {k}" for k in range(len(members) * ROUNDS)
-            ]
-            for agent in agents.values():
-                await agent.aclose()
+            assert r.status_code == 200, r.text
+        assert (await finished(op, resumed))["end_reason"] == "max_rounds"
+        final = await messages(op, north)
+        assert [m["seq"] for m in final] == list(range(1, len(final) + 1))
+        replies = [m for m in final if m.get("task_id") == resumed]
+        assert [m["content"] for m in replies] == [
+            f"{members[k % len(members)]} resumes {k}" for k in range(len(members) * ROUNDS)
+        ]
+        for agent in agents.values():
+            await agent.aclose()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from parley.adapters.runtimes.scripted import ScriptedFailure, ScriptedRuntime
+from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.core.channels import TRANSCRIPT_WINDOW, Task
@@ -275,13 +275,10 @@ async def test_a_marker_in_the_middle_is_removed_and_is_no_vote(
 async def test_a_failing_member_fails_the_task_and_keeps_what_was_said(
     hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
-    rt = await agents(
-        make_agent,
-        runtimes,
-        alpha=["A1", "A2"],
-        beta=["B1", ScriptedFailure(fail="error", message="provider said 500")],
-        gamma=["G1", "G2"],
-    )
+    rt = await agents(make_agent, runtimes, alpha=["A1", "A2"], gamma=["G1", "G2"])
+    # beta's script comes from its stored config, as for an agent created over REST.
+    failing = {"fail": "error", "message": "provider said 500"}
+    await make_agent("beta", runtime={"kind": "scripted", "replies": ["B1", failing]})
     channel_id = await group(hub, operator, ["alpha", "beta", "gamma"], rounds=2)
     task = await run(hub, operator, channel_id, "go")
     assert (task.status, task.end_reason, task.failed_member) == ("finished", "failed", "beta")
@@ -291,10 +288,11 @@ async def test_a_failing_member_fails_the_task_and_keeps_what_was_said(
     stored = await messages(hub, channel_id)
     assert [m.content for m in stored[1:]] == ["A1", "B1", "G1", "A2"]
     trace = await invocations(hub, task.id)
-    assert [(i.agent_id, i.outcome, i.reason) for i in trace][-1] == (
+    assert [(i.agent_id, i.outcome, i.reason, i.model_route) for i in trace][-1] == (
         "beta",
         "failed",
         "runtime_error",
+        "scripted",
     )
 
 

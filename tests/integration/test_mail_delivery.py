@@ -138,7 +138,8 @@ async def test_ttl_expiry_marks_mail_expired_and_keeps_it(
         "short",
     )
     inbox = (await api(bob.token).get("/v1/agents/bob/inbox")).json()
-    assert {m["id"]: m["status"] for m in inbox} == {short.id: "expired", default.id: "pending"}
+    # The owner's fetch delivers what was pending; the expired message stays expired.
+    assert {m["id"]: m["status"] for m in inbox} == {short.id: "expired", default.id: "delivered"}
     assert (await api(bob.token).get(f"/v1/mail/{done.id}")).json()["status"] == "closed"
     with pytest.raises(Conflict) as info:
         await hub.mail.update_status(bob.principal, short.id, "read")

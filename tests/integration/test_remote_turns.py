@@ -137,7 +137,7 @@ async def test_a_missed_deadline_fails_the_task_naming_the_member(
     assert (task.end_reason, task.failed_member) == ("failed", "rem")
     assert task.error is not None and "did not answer" in task.error
     [inv] = await invocations(hub, task.id)
-    assert (inv.outcome, inv.reason) == ("failed", "runtime_timeout")
+    assert (inv.outcome, inv.reason, inv.model_route) == ("failed", "runtime_timeout", "remote:rem")
     error = await refused(hub.turns.speak(rem.principal, turn.id, "too late"))
     assert isinstance(error, Conflict) and error.code == "turn_expired"
     assert [m.content for m in await messages(hub, channel_id)] == ["answer in time"]

@@ -83,6 +83,11 @@ class Store(Protocol):
     async def close(self) -> None: ...
     def read(self) -> AbstractAsyncContextManager[Tx]: ...
     async def write(self, job: Callable[[Tx], Awaitable[T]]) -> T: ...
+    async def mark_alive(self, owner: str) -> None:
+        """Mark this process as the hub ``owner`` for as long as the store stays open."""
+
+    async def is_alive(self, owner: str) -> bool:
+        """Whether the hub ``owner`` still has the store open: its process has not died."""
 
 
 class Subscription(Protocol):
@@ -130,4 +135,8 @@ class RuntimeSource(Protocol):
     the agent has no runtime of its own."""
 
     def get(self, agent_id: str, config: dict[str, Any]) -> Runtime | None: ...
+    def validate(self, config: dict[str, Any]) -> None:
+        """Raise InvalidRequest for a config that could never be built."""
+        ...
+
     async def aclose(self) -> None: ...

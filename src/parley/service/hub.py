@@ -8,7 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from parley.config import Settings
-from parley.core.channels import ChannelMessage
+from parley.core import discussion as d
+from parley.core.channels import ChannelMessage, Task
 from parley.core.clock import SystemClock
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
@@ -28,6 +29,9 @@ log = logging.getLogger("parley.hub")
 
 class _NoRuntimes:
     def get(self, agent_id: str, config: dict[str, object]) -> Runtime | None:
+        return None
+
+    def validate(self, config: dict[str, object]) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -60,7 +64,7 @@ class Hub:
             workspace=workspace,
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
-        self.identity = Identity(self.ctx)
+        self.identity = Identity(self.ctx, validate_runtime=self.runtimes.validate)
         self.mail = Mail(self.ctx, self.identity)
         self.mailroom = Mailroom(self.ctx, self.identity)
         self.channels = Channels(self.ctx, self.identity)
@@ -69,6 +73,7 @@ class Hub:
         self.tasks = TaskRunner(self.ctx, self.identity, self.channels, self.runtime_for, self.id)
         self.channels.runner = self.tasks
         self.tasks.notify_idle_agent = self._notify_idle_agent
+        self.tasks.on_finished.append(self._remind_initiator)
         self.discussions = Discussions(self.ctx, self.identity, self.channels, self.tasks)
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
@@ -102,10 +107,44 @@ class Hub:
             {"channel_id": message.channel_id, "message_id": message.id},
         )
 
+    async def _remind_initiator(self, task: Task) -> None:
+        """When a discussion's rounds end and it is still open, the initiator also finds the
+        moderator's reminder in its inbox: an agent connected over MCP is waiting on
+        wait_for_mail, not reading the channel, and must learn that it should now finish."""
+        if task.mode != "discussion" or task.end_reason not in ("unanimous", "max_rounds", "idle"):
+            return
+
+        async def job(tx: Tx) -> None:
+            channel = await tx.get_channel(task.channel_id)
+            initiator = channel.metadata.get("initiatorAgentId") if channel else None
+            if channel is None or channel.status != "active" or not initiator:
+                return
+            reminder = (
+                d.IDLE_REMINDER
+                if task.end_reason == "idle"
+                else d.rounds_ended(task.end_reason or "", task.rounds)
+            )
+            await self.mail.deliver_system(
+                tx,
+                initiator,
+                "notice",
+                f"Discussion {channel.name!r}: rounds ended ({task.end_reason}); write the "
+                "summary and call discuss_callback",
+                reminder,
+                {
+                    "channel_id": channel.id,
+                    "end_reason": task.end_reason,
+                    "next": "discuss_callback",
+                },
+            )
+
+        await self.ctx.store.write(job)
+
     async def start(self, *, background: bool = True) -> None:
         """Open the store (migrating it), create the operator on first start, close tasks a
         dead hub left running, start the sweeps."""
         await self.ctx.store.open()
+        await self.ctx.store.mark_alive(self.id)
         self.operator_token = await self.identity.bootstrap_operator()
         await self.tasks.recover()
         if background:

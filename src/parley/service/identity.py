@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -67,8 +68,13 @@ def check_runtime(runtime: dict[str, Any]) -> dict[str, Any]:
 class Identity:
     """Creates principals and turns bearer tokens into principals."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        validate_runtime: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.ctx = ctx
+        self._validate_runtime = validate_runtime
         self._principals: dict[str, Principal] = {}
         self._tokens: dict[str, str] = {}
 
@@ -151,6 +157,8 @@ class Identity:
         require_operator(caller, "create agents")
         agent_id = validate_slug(spec.id.strip(), what="agent id")
         runtime = check_runtime(spec.runtime)
+        if self._validate_runtime is not None:
+            self._validate_runtime(runtime)
         token = new_token()
         now = self.ctx.clock.now()
         channel_id = new_ulid()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from parley.core import mail as m
@@ -258,7 +258,15 @@ class Mail:
         async with self.ctx.store.read() as tx:
             rows = await tx.list_inbox(owner, flt)
         if caller.id == owner:
-            await self.mark_delivered(owner, [r.id for r in rows if r.status == "pending"])
+            pending = [r.id for r in rows if r.status == "pending"]
+            if pending:
+                now = await self.mark_delivered(owner, pending)
+                rows = [
+                    r.model_copy(update={"status": "delivered", "delivered_at": now})
+                    if r.status == "pending"
+                    else r
+                    for r in rows
+                ]
         return rows
 
     async def wait(
@@ -295,10 +303,11 @@ class Mail:
         finally:
             await sub.close()
 
-    async def mark_delivered(self, owner: str, ids: list[str]) -> None:
-        if not ids:
-            return
+    async def mark_delivered(self, owner: str, ids: list[str]) -> datetime:
+        """Mark pending mail delivered; returns the delivery time."""
         now = self.ctx.clock.now()
+        if not ids:
+            return now
 
         async def job(tx: Tx) -> None:
             count = await tx.mark_delivered(ids, now)
@@ -312,6 +321,7 @@ class Mail:
                 )
 
         await self.ctx.store.write(job)
+        return now
 
     def _check_visible(self, caller: Principal, msg: Message) -> None:
         if caller.is_operator or caller.id in (msg.recipient_id, msg.from_id):

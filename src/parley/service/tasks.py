@@ -642,8 +642,9 @@ class TaskRunner:
             await asyncio.gather(*runners, return_exceptions=True)
 
     async def recover(self) -> list[Task]:
-        """On start: tasks left running by a dead hub (lease expired) end as interrupted, with a
-        note in their channel; nothing committed is touched (Q4)."""
+        """On start: tasks left running by a hub that is gone end as interrupted, with a note in
+        their channel, and their turns offered to remote agents are withdrawn (an answer to one
+        would be lost); nothing committed is touched (Q4)."""
         now = self.ctx.clock.now()
 
         async def job(tx: Tx) -> list[Task]:
@@ -654,8 +655,7 @@ class TaskRunner:
                 # Channel row before task row: the lock order of every other task write.
                 await tx.get_channel(task.channel_id, for_update=True)
                 row = await tx.get("tasks", task.id, for_update=True)
-                lease = getattr(row, "lease_until", None)
-                if self.ctx.store.dialect != "sqlite" and lease is not None and lease > now:
+                if row.owner is not None and await self.ctx.store.is_alive(row.owner):
                     continue  # another live hub drives it (PostgreSQL)
                 await tx.update(
                     "tasks",
@@ -665,6 +665,12 @@ class TaskRunner:
                     error="the hub stopped while the task ran",
                     finished=now,
                 )
+                p = tx.table("pending_turns").c
+                offered = await tx.select(
+                    "pending_turns", p.task_id == task.id, p.status == "pending"
+                )
+                for turn in offered:
+                    await tx.update("pending_turns", turn.id, status="cancelled")
                 await self.channels.post_as_system(
                     tx, task.channel_id, d.interrupted("the hub restarted while it ran")
                 )

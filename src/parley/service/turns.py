@@ -47,6 +47,7 @@ class Turns:
             raise RuntimeFailure(
                 f"the turn of {turn.agent.id!r} was superseded before it was offered",
                 reason="cancelled",
+                model_route=f"remote:{turn.agent.id}",
             )
         now = self.ctx.clock.now()
         pending = PendingTurn(
@@ -100,6 +101,7 @@ class Turns:
                 raise RuntimeFailure(
                     f"the turn of {turn.agent.id!r} was superseded or cancelled",
                     reason="cancelled",
+                    model_route=f"remote:{turn.agent.id}",
                 )
             await self._close(pending.id, "expired")
             channel = None
@@ -111,6 +113,7 @@ class Turns:
                 f"{turn.agent.id!r} did not answer its turn within {turn.timeout_s:g}s",
                 reason="timeout",
                 member=turn.agent.id,
+                model_route=f"remote:{turn.agent.id}",
             )
         finally:
             self._waiters.pop(pending.id, None)
@@ -163,6 +166,26 @@ class Turns:
                 limit=1,
             )
         return rows[0] if rows else None
+
+    async def current_channel(self, caller: Principal) -> str:
+        """The channel of the caller's latest pending or answered turn: where a remote agent
+        "is" when it calls a tool that acts on its current channel (discuss_callback)."""
+        async with self.ctx.store.read() as tx:
+            p = tx.table("pending_turns").c
+            rows: list[PendingTurn] = await tx.select(
+                "pending_turns",
+                p.agent_id == caller.id,
+                p.status.in_(("pending", "answered")),
+                order_by=[p.created.desc(), p.id.desc()],
+                limit=1,
+            )
+        if not rows:
+            raise NotFound(
+                f"{caller.id!r} has no turn yet, so there is no current channel; pass the "
+                "discussion channel id explicitly",
+                code="no_current_channel",
+            )
+        return rows[0].channel_id
 
     async def speak(self, caller: Principal, turn_id: str, text: str) -> PendingTurn:
         if not text.strip():

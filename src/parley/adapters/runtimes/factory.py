@@ -122,6 +122,10 @@ class RuntimeRegistry:
         self._runtimes[agent_id] = (fingerprint, runtime)
         return runtime
 
+    def validate(self, config: dict[str, Any]) -> None:
+        """Refuse a config that could never be built (checked when an agent is created)."""
+        validate_runtime_config(config)
+
     async def aclose(self) -> None:
         """Close every runtime this registry built."""
         runtimes = [r for _, r in self._runtimes.values() if r is not None] + self._retired

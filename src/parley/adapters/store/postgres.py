@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from parley.adapters.store import migrate
 from parley.adapters.store.sql import SqlStore
@@ -13,6 +15,13 @@ from parley.core.errors import StorageError
 
 # Any constant works; it only has to be the same for every hub migrating this database.
 _MIGRATION_LOCK = 0x70617231
+# The namespace (first key) of the advisory locks that say a hub is alive.
+_LIVENESS_LOCKS = 0x70617232
+
+
+def _liveness_key(owner: str) -> int:
+    """A hub id as the second key of its liveness lock (a signed 32-bit integer)."""
+    return int.from_bytes(hashlib.blake2b(owner.encode(), digest_size=4).digest(), signed=True)
 
 
 def async_url(url: str) -> str:
@@ -28,6 +37,7 @@ class PostgresStore(SqlStore):
 
     dialect = "postgresql"
     writer_count = 4
+    _liveness: AsyncConnection | None = None
 
     async def open(self) -> None:
         try:
@@ -50,3 +60,37 @@ class PostgresStore(SqlStore):
 
     def lock_row(self, stmt: Any) -> Any:
         return stmt.with_for_update()
+
+    async def mark_alive(self, owner: str) -> None:
+        """Hold a session advisory lock named after the hub on a connection of its own: the
+        server releases it when that connection ends, so a hub killed with SIGKILL is seen dead
+        at once, and no clock or lease has to be trusted."""
+        assert self.engine is not None
+        await super().mark_alive(owner)
+        conn = await self.engine.connect()
+        await conn.execute(
+            text("SELECT pg_advisory_lock(:ns, :key)"),
+            {"ns": _LIVENESS_LOCKS, "key": _liveness_key(owner)},
+        )
+        await conn.commit()  # a session lock outlives the transaction; idle, not idle in tx
+        self._liveness = conn
+
+    async def is_alive(self, owner: str) -> bool:
+        if owner == self._owner:
+            return True
+        assert self.engine is not None
+        params = {"ns": _LIVENESS_LOCKS, "key": _liveness_key(owner)}
+        async with self.engine.connect() as conn:
+            free = await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :key)"), params)
+            if not free.scalar():
+                return True
+            await conn.execute(text("SELECT pg_advisory_unlock(:ns, :key)"), params)
+            await conn.commit()
+        return False
+
+    async def close(self) -> None:
+        if self._liveness is not None:
+            with contextlib.suppress(Exception):
+                await self._liveness.close()
+            self._liveness = None
+        await super().close()

@@ -430,10 +430,18 @@ class SqlStore:
         self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
         self._writers: list[asyncio.Task[None]] = []
         self.max_batch = 256
+        self._owner: str | None = None
 
     # -- dialect hooks ----------------------------------------------------------------------
     def lock_row(self, stmt: Any) -> Any:
         return stmt
+
+    async def mark_alive(self, owner: str) -> None:
+        self._owner = owner
+
+    async def is_alive(self, owner: str) -> bool:
+        # One process per store (SQLite's data root lock): any other hub id is a dead one.
+        return owner == self._owner
 
     async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
         p = s.principals.c

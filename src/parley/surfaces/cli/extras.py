@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from parley.config import resolve_home
-from parley.surfaces.cli.client import resolve_token, resolve_url
+from parley.surfaces.cli.client import resolve_url
 from parley.surfaces.cli.output import print_error, state
 
 
@@ -40,10 +40,22 @@ def mcp(
     ctx: typer.Context,
     profile: Annotated[str, typer.Option(help="Which tool set to offer.")] = "default",
 ) -> None:
-    """Serve MCP over stdio for one agent (its token from --token or PARLEY_TOKEN)."""
+    """Serve MCP over stdio for one agent, whose token comes from --token or PARLEY_TOKEN.
+
+    With a hub URL (--url, PARLEY_URL or the data root's hub.json) it relays to that hub;
+    without one it runs the hub's services in-process on the data root."""
     run_stdio = load("parley.surfaces.mcp.stdio", "run_stdio", "mcp")
     st = state(ctx)
     home = resolve_home(st.home)
-    url, _ = resolve_url(st.url, home)
-    token, _ = resolve_token(st.token, home)
-    run_stdio(url=url, token=token, profile=profile)
+    url, source = resolve_url(st.url, home)
+    # Only an explicit token: an MCP client configured without one must not silently act with
+    # the operator token kept in the data root.
+    token = st.token or os.environ.get("PARLEY_TOKEN")
+    if source == "default":
+        from parley.config import Settings
+
+        code = run_stdio(url=None, token=token, profile=profile, settings=Settings(home=home))
+    else:
+        code = run_stdio(url=url, token=token, profile=profile)
+    if code:
+        raise typer.Exit(code)

@@ -8,9 +8,7 @@ stack is not loaded for client commands.
 
 from __future__ import annotations
 
-import os
 import socket
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,17 +20,8 @@ from parley.config import Settings, operator_token_path, write_hub_info
 from parley.core.errors import ParleyError
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
+from parley.surfaces.cli.serve import write_operator_token
 from parley.surfaces.rest.app import create_app
-
-
-def write_operator_token(home: Path, token: str) -> Path:
-    """Store the operator token readable by this user only (0600), replacing any old file."""
-    path = operator_token_path(home)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    path.chmod(0o600)
-    return path
 
 
 def client_url(host: str, port: int) -> str:

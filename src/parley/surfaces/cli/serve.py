@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from parley.config import operator_token_path
 from parley.surfaces.cli.output import print_error, state
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def write_operator_token(home: Path, token: str) -> Path:
+    """Store the operator token readable by this user only (0600), replacing any old file."""
+    path = operator_token_path(home)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def serve(
