@@ -36,7 +36,7 @@ async def test_group_rounds_make_n_times_r_calls(
     assert len(calls) == 9
     assert calls[:3] == [("alpha", 1), ("beta", 1), ("gamma", 1)]
     msgs = await hub.channels.messages(operator, channel.id)
-    assert [m.sender_id for m in msgs][0] == "operator"
+    assert msgs[0].sender_id == "operator"
     assert len(msgs) == 10
 
 
