@@ -6,8 +6,9 @@ throwaway database), with the scripted runtime answering at once:
 * ``turn_overhead_*``: the hub's own time per turn. A wrapper around each agent's runtime
   notes the monotonic time when the hub calls it and when it returns; the span from one turn's
   return to the next turn's call in the same task is pure hub work: parsing the reply, the
-  commit transaction (trigger check, message, event, trace record, task counters), choosing
-  the next speaker and building its prompt. A group of 4 members talks for 5 rounds per task.
+  commit transaction (trigger check and position, message, its event, the trace record),
+  choosing the next speaker and building its prompt; at the start of a round also the round's
+  own transaction. A group of 4 members talks for 5 rounds per task.
 * ``prompt_chars_at_*``: the size of a speaker's prompt when its channel holds N messages of
   similar size: flat beyond the 128-message window, and bounded per entry.
 * ``supersede_*``: randomized interleavings of a newer user message with a running discussion

@@ -132,7 +132,9 @@ class HubProcess:
         return self.proc.pid
 
     async def start(self) -> None:
-        cmd = [sys.executable, str(Path(__file__)), "--home", str(self.home)]
+        # -P: bench/ must not be on the server's sys.path, where bench/mcp.py would shadow the
+        # MCP SDK that the hub's web app imports.
+        cmd = [sys.executable, "-P", str(Path(__file__)), "--home", str(self.home)]
         cmd += ["--port", str(self.port)]
         if self.database_url:
             cmd += ["--database-url", self.database_url]

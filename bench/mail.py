@@ -47,6 +47,7 @@ from parley.config import Settings
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.mail import SendRequest
+from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 
 LOAD_SCRIPT = Path(__file__).with_name("mail_load.py")
@@ -67,6 +68,7 @@ class Plan:
     rest_clients: int
     rest_concurrency: int
     grace_s: float = CATCH_UP_S
+    sse: bool = True
     phases: tuple[str, ...] = ("service", "rest")
 
 
@@ -105,7 +107,7 @@ async def _consume(sub: Any, seen: Deliveries) -> None:
             seen.observe(int(data["message"]["payload"]["t"]))
 
 
-async def _send_until(hub: Any, sender: Principal, to: str, end: float, sent: list[int]) -> None:
+async def _send_until(hub: Hub, sender: Principal, to: str, end: float, sent: list[int]) -> None:
     while time.perf_counter() < end:
         req = SendRequest(
             to=to,
@@ -119,7 +121,7 @@ async def _send_until(hub: Any, sender: Principal, to: str, end: float, sent: li
 
 
 async def _service_round(
-    hub: Any,
+    hub: Hub,
     senders: list[Principal],
     recipients: list[str],
     tasks: int,
@@ -329,10 +331,11 @@ async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, A
         recipients = await _create_agents(client, f"r{run}-", RECIPIENTS)
         await _warm_rest(client, list(senders.values()), list(recipients), 400)
         samples = SseSamples()
-        async with _following(client, recipients, samples):
+        followed = recipients if plan.sse else {}
+        async with _following(client, followed, samples):
             progress(
                 f"rest: {plan.rest_clients} load process(es), {plan.rest_concurrency} concurrent "
-                f"requests for {plan.rest_s:g}s; SSE on {len(recipients)} inboxes"
+                f"requests for {plan.rest_s:g}s; SSE on {len(followed)} inboxes"
             )
             start_at = time.time() + 2.0
             samples.since_ns = int(start_at * 1e9)
@@ -349,8 +352,8 @@ async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, A
             cpu_after = process_cpu_seconds(server.pid)
             own_cpu = time.process_time() - own_before
             ok = sum(r["ok"] for r in loads)
-            samples.target = ok
-            if samples.received >= ok:
+            samples.target = ok if plan.sse else 0
+            if samples.received >= samples.target:
                 samples.reached.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(samples.reached.wait(), plan.grace_s)
@@ -391,7 +394,7 @@ def _rest_result(
         "sse_p99_ms": _ms(percentile(lat, 99)),
         "sse_max_ms": _ms(lat[-1] if lat else None),
         "sse_samples": samples.received,
-        "sse_missing": max(0, ok - samples.received),
+        "sse_missing": max(0, ok - samples.received) if plan.sse else None,
     }
     progress(
         f"rest: {ok} requests in {window:.2f}s = {result['rest_reqs_per_s']} req/s "
@@ -417,6 +420,27 @@ async def database(plan: Plan) -> AsyncIterator[str | None]:
         yield url
 
 
+async def pg_deadlocks(url: str | None) -> int | None:
+    """Deadlocks PostgreSQL has counted in this database so far (None on SQLite)."""
+    if url is None or not url.startswith(("postgresql", "postgres://")):
+        return None
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        found = await conn.fetchval(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        )
+    finally:
+        await conn.close()
+    return None if found is None else int(found)
+
+
+def _delta(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
+
+
 async def run(plan: Plan) -> dict[str, Any]:
     machine = machine_description()  # before we add load: how busy others keep the machine
     scratch = Path(tempfile.mkdtemp(prefix="parley-bench-mail-"))
@@ -427,10 +451,14 @@ async def run(plan: Plan) -> dict[str, Any]:
         )
         if "service" in plan.phases:
             async with database(plan) as url:
+                before = await pg_deadlocks(url)
                 service = await bench_service(plan, scratch / "service", url)
+                service["service_pg_deadlocks"] = _delta(before, await pg_deadlocks(url))
         if "rest" in plan.phases:
             async with database(plan) as url:
+                before = await pg_deadlocks(url)
                 rest = await bench_rest(plan, scratch / "rest", url)
+                rest["rest_pg_deadlocks"] = _delta(before, await pg_deadlocks(url))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
@@ -460,12 +488,20 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
     parser.add_argument("--quick", action="store_true", help="finish in under a minute")
     parser.add_argument("--duration", type=float, default=None, help="seconds per measured phase")
     parser.add_argument("--senders", type=int, default=64, help="service-layer sender tasks")
-    parser.add_argument("--rest-clients", type=int, default=2, help="REST load processes")
+    parser.add_argument("--rest-clients", type=int, default=1, help="REST load processes")
     parser.add_argument(
-        "--rest-concurrency", type=int, default=32, help="concurrent REST requests in total"
+        "--rest-concurrency",
+        type=int,
+        default=8,
+        help="concurrent REST requests in total (8 saturates one server core; more only queues)",
     )
     parser.add_argument(
         "--only", choices=["service", "rest"], default=None, help="run one phase (for profiling)"
+    )
+    parser.add_argument(
+        "--no-sse",
+        action="store_true",
+        help="no SSE subscribers during the REST load (to see what live delivery costs)",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
@@ -473,8 +509,11 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
     seconds = args.duration if args.duration is not None else default_s
     if args.rest_clients < 1 or args.rest_concurrency < args.rest_clients or args.senders < 1:
         parser.error("need at least one sender, one load process and one request per process")
+    backend = args.backend
+    if args.database_url:
+        backend = "postgres" if args.database_url.startswith("postgres") else "sqlite"
     plan = Plan(
-        backend=args.backend,
+        backend=backend,
         database_url=args.database_url,
         quick=args.quick,
         service_s=seconds,
@@ -484,6 +523,7 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
         rest_clients=args.rest_clients,
         rest_concurrency=args.rest_concurrency,
         grace_s=5.0 if args.quick else CATCH_UP_S,
+        sse=not args.no_sse,
         phases=(args.only,) if args.only else ("service", "rest"),
     )
     return plan, args.json_only

@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 from mcp import StdioServerParameters
 
@@ -30,9 +32,15 @@ def child_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
-async def create_agents(settings: Settings, *ids: str) -> dict[str, str]:
+async def create_agents(
+    settings: Settings,
+    *ids: str,
+    runtime: dict[str, Any] | None = None,
+    workspaces: Path | None = None,
+) -> dict[str, str]:
     """Create agents with a hub that is stopped again before returning (a SQLite data root
-    admits one hub at a time); returns each agent's token."""
+    admits one hub at a time); returns each agent's token. With ``workspaces`` each agent
+    gets the directory ``workspaces/<id>``."""
     hub = build_hub(settings)
     await hub.start(background=False)
     try:
@@ -40,7 +48,11 @@ async def create_agents(settings: Settings, *ids: str) -> dict[str, str]:
         operator = await hub.identity.authenticate(hub.operator_token)
         tokens = {}
         for agent_id in ids:
-            created = await hub.identity.create_agent(operator, AgentSpec(id=agent_id))
+            spec = AgentSpec(id=agent_id, runtime=runtime or {"kind": "none"})
+            if workspaces is not None:
+                (workspaces / agent_id).mkdir(parents=True, exist_ok=True)
+                spec.workspace = str(workspaces / agent_id)
+            created = await hub.identity.create_agent(operator, spec)
             tokens[agent_id] = created.token
         return tokens
     finally:

@@ -209,3 +209,25 @@ def test_operator_force_closes_a_discussion(cli: Cli) -> None:
     assert closed["metadata"]["status"] == "closed"
     readable = cli.ok("discuss", "status", started["id"]).stdout
     assert "closed" in readable and "Stale topic" in readable
+
+
+def test_direct_channel_post_and_watch(cli: Cli, hub: ServedHub) -> None:
+    cli.json("agent", "add", "alice")
+    dm = cli.json("channel", "create", "--name", "dm", "--kind", "direct", "--member", "alice")
+    assert dm["kind"] == "direct"
+    assert cli.run("channel", "create", "--name", "x", "--kind", "meeting").returncode == 2
+    posted = cli.ok("channel", "post", dm["id"], "[hello] alice").stdout
+    assert f"posted {posted.split()[1]} (#1)" in posted
+    proc, lines = watcher(hub, "channel", "watch", dm["id"], "--json")
+    try:
+        seen = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
+        assert (seen["event"], seen["data"]["content"]) == ("message", "[hello] alice")
+        cli.ok("channel", "post", dm["id"], "second")
+        live = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
+        assert (live["data"]["seq"], live["data"]["content"]) == (2, "second")
+        assert proc.poll() is None, "channel watch follows until stopped"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    readable = cli.ok("channel", "messages", dm["id"]).stdout
+    assert "operator (human): [hello] alice" in readable

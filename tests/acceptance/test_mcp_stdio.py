@@ -4,10 +4,12 @@ client: relaying to a running hub, and serving an embedded hub."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from mcp import Client
 
 from parley.config import Settings
+from parley.core.runtime import DONE_MARKER
 from parley.surfaces.mcp import PROFILES
 from tests.acceptance.mcp_support import (
     child_env,
@@ -16,7 +18,13 @@ from tests.acceptance.mcp_support import (
     run_stdio_to_exit,
     stdio_server,
 )
-from tests.integration.mcp_support import data, http_client, refusal
+from tests.integration.mcp_support import (
+    data,
+    http_client,
+    notice_to_finish,
+    refusal,
+    take_turn,
+)
 
 
 async def test_stdio_relays_to_a_running_hub(settings: Settings) -> None:
@@ -112,3 +120,78 @@ async def test_stdio_serves_an_embedded_hub(settings: Settings) -> None:
         assert data(await bob.call_tool("whoami", {}))["id"] == "bob"
         forbidden = await bob.call_tool("read_message", {"id": sent["id"]})
         assert refusal(forbidden)["code"] == "message_forbidden"
+
+
+async def test_stdio_relays_the_discussion_tools(settings: Settings, tmp_path: Path) -> None:
+    """A remote agent on stdio (the discuss profile) opens a discussion and finishes it with
+    two others on Streamable HTTP; the hub's refusals come through the relay with its codes."""
+    ids = ("ini", "bob", "cat")
+    tokens = await create_agents(
+        settings, *ids, runtime={"kind": "remote"}, workspaces=tmp_path / "ws"
+    )
+    async with hub_process(settings) as url:
+        env = child_env(settings, PARLEY_URL=url, PARLEY_TOKEN=tokens["ini"])
+        async with (
+            Client(stdio_server(env, "--profile", "discuss")) as ini,
+            http_client(f"{url}/mcp", tokens["bob"]) as bob,
+            http_client(f"{url}/mcp", tokens["cat"]) as cat,
+        ):
+            listed = await ini.list_tools()
+            assert [t.name for t in listed.tools] == list(PROFILES["discuss"])
+            work = data(await ini.call_tool("whoami", {}))["work_channel_id"]
+            disc = data(
+                await ini.call_tool(
+                    "create_private_channel",
+                    {
+                        "name": "review",
+                        "members": ["bob", "cat"],
+                        "callbackChannelId": work,
+                        "discussGuide": "Pick a name.",
+                    },
+                )
+            )["id"]
+            first = await take_turn(ini)
+            body = refusal(await bob.call_tool("no_reply", {"turn_id": first["turn_id"]}))
+            assert body["code"] == "not_your_turn"
+            # A newer message in the channel supersedes the running rounds and this turn.
+            await bob.call_tool("post", {"channel_id": disc, "content": "new facts first"})
+            stale = await ini.call_tool("speak", {"turn_id": first["turn_id"], "text": "late"})
+            assert refusal(stale)["code"] == "new_message"
+
+            for number in (1, 2):
+                for name, client in (("ini", ini), ("bob", bob), ("cat", cat)):
+                    turn = await take_turn(client)
+                    assert (turn["channel_id"], turn["round"]) == (disc, number)
+                    vote = f" {DONE_MARKER}" if number == 2 else ""
+                    text = f"{name} in round {number}{vote}"
+                    await client.call_tool("speak", {"turn_id": turn["turn_id"], "text": text})
+            assert (await notice_to_finish(ini))["payload"]["end_reason"] == "unanimous"
+
+            (tmp_path / "ws" / "ini" / "summary.md").write_text("# Name\nparley")
+            not_mine = await bob.call_tool(
+                "discuss_callback", {"summaryPath": "summary.md", "discussion_id": disc}
+            )
+            assert refusal(not_mine)["code"] == "not_initiator"
+            outside = await ini.call_tool("discuss_callback", {"summaryPath": "../bob"})
+            assert refusal(outside)["code"] == "summary_outside_workspace"
+            closed = data(await ini.call_tool("discuss_callback", {"summaryPath": "summary.md"}))
+            assert closed["discussion"]["status"] == "closed"
+            wake = await take_turn(ini)
+            assert wake["channel_id"] == work
+            assert closed["discussion"]["summaryPath"] in wake["prompt"]
+            await ini.call_tool("no_reply", {"turn_id": wake["turn_id"]})
+
+            listed = data(await ini.call_tool("list_channels", {}))["channels"]
+            assert {c["id"]: c["status"] for c in listed} == {work: "active", disc: "closed"}
+            # A closed discussion keeps a late post for the record; the moderator answers it.
+            late = data(await ini.call_tool("post", {"channel_id": disc, "content": "thanks"}))
+            read = data(await ini.call_tool("read_channel", {"channel_id": disc, "limit": 500}))
+            said = [m["content"] for m in read["messages"] if m["sender_kind"] == "agent"]
+            assert said == [
+                "new facts first",
+                *(f"{n} in round {r}" for r in (1, 2) for n in ids),
+                "thanks",
+            ]
+            last = read["messages"][-1]
+            assert last["seq"] == late["seq"] + 1
+            assert last["content"].startswith("[Channel Closed]")

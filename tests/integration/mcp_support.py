@@ -37,6 +37,27 @@ def refusal(result: CallToolResult) -> dict[str, Any]:
     return body
 
 
+WAIT_S = 15.0
+
+
+async def take_turn(client: Client) -> dict[str, Any]:
+    """The caller's next turn (``wait_for_turn``), failing if none comes in time."""
+    turn = data(await client.call_tool("wait_for_turn", {"timeout_s": WAIT_S}))
+    assert "turn_id" in turn, turn
+    return turn
+
+
+async def notice_to_finish(client: Client) -> dict[str, Any]:
+    """The inbox notice telling an initiator to finish, skipping the turn notices before it."""
+    for _ in range(20):
+        got = data(await client.call_tool("wait_for_mail", {"timeout_s": WAIT_S}))
+        assert not got["timed_out"], "no notice to finish the discussion arrived"
+        for msg in got["messages"]:
+            if msg["payload"].get("next") == "discuss_callback":
+                return dict(msg)
+    raise AssertionError("no notice to finish the discussion among the mail")
+
+
 async def until(condition: Callable[[], bool], what: str) -> None:
     """Yield to the event loop until ``condition`` holds, failing after a bounded number of
     turns instead of hanging."""

@@ -3,10 +3,10 @@ no database."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import platformdirs
@@ -80,11 +80,11 @@ def test_token_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert resolve_token("pt_flag", tmp_path) == ("pt_flag", "--token")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
 def test_unreadable_token_file_is_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "operator.token"
-    path.write_text("pt_secret\n")
-    path.chmod(0)
+    (tmp_path / "operator.token").mkdir()  # unreadable as a file, even for root
+    assert resolve_token(None, tmp_path) == (None, None)
+    (tmp_path / "operator.token").rmdir()
+    (tmp_path / "operator.token").write_text("  \n")
     assert resolve_token(None, tmp_path) == (None, None)
 
 
@@ -200,14 +200,41 @@ def test_cli_reports_failures_in_one_line(tmp_path: Path) -> None:
     assert usage.exit_code == 2
 
 
-def test_wrappers_for_missing_modules(tmp_path: Path) -> None:
+def test_wrappers_report_a_missing_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     for command, module in (["demo"], "parley.demo"), (["mcp"], "parley.surfaces.mcp.stdio"):
-        if importlib.util.find_spec(module) is not None:
-            continue  # the real command exists now; its own tests cover it
+        monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
         result = runner.invoke(app, ["--home", str(tmp_path), *command])
-        assert result.exit_code == 1
+        assert result.exit_code == 1, result.output
         assert "not available yet" in result.stderr
+
+
+def test_mcp_wrapper_relays_only_to_a_configured_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from parley.surfaces.mcp import stdio
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_stdio(**kwargs: Any) -> int:
+        calls.append(kwargs)
+        return 0
+
+    monkeypatch.setattr(stdio, "run_stdio", fake_run_stdio)
+    (tmp_path / "operator.token").write_text("pt_operator\n")
+    runner = CliRunner()
+    assert runner.invoke(app, ["--home", str(tmp_path), "mcp"]).exit_code == 0
+    embedded = calls.pop()
+    assert (embedded["url"], embedded["token"], embedded["profile"]) == (None, None, "default")
+    assert embedded["settings"].data_root() == tmp_path.resolve()
+
+    (tmp_path / "hub.json").write_text(json.dumps({"url": "http://127.0.0.1:4321"}))
+    args = ["--home", str(tmp_path), "--token", "pt_agent", "mcp", "--profile", "mail"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert calls.pop() == {"url": "http://127.0.0.1:4321", "token": "pt_agent", "profile": "mail"}
+
+    monkeypatch.setattr(stdio, "run_stdio", lambda **kwargs: 2)
+    assert runner.invoke(app, ["--home", str(tmp_path), "mcp"]).exit_code == 2
 
 
 def test_command_surface_is_pinned() -> None:
@@ -220,7 +247,7 @@ def test_command_surface_is_pinned() -> None:
         for name, cmd in sorted(root.commands.items())
     }
     assert tree == {
-        "agent": ["add", "list", "show"],
+        "agent": ["add", "connect", "list", "show"],
         "channel": ["create", "list", "messages", "post", "show", "tasks", "watch"],
         "demo": [],
         "discuss": ["callback", "close", "start", "status", "watch"],

@@ -299,6 +299,8 @@ class TaskRunner:
                 "tasks",
                 task.id,
                 current_round=number,
+                calls=task.calls,
+                accepted=task.accepted,
                 lease_until=now + timedelta(seconds=LEASE_S),
             )
             task.current_round = number
@@ -323,7 +325,7 @@ class TaskRunner:
             ctx.sessions[member] = session
         if session.model_override == NO_REPLY:
             return TurnOutcome(kind=None)
-        window = d.transcript_window(ctx.messages)
+        window, entries = ctx.transcript()
         prompt = d.build_prompt(
             agent_id=agent.id,
             agent_name=agent.display_name,
@@ -335,7 +337,7 @@ class TaskRunner:
             rounds=task.rounds,
             task=ctx.task_text,
             window=window,
-            entries=ctx.entries(window),
+            entries=entries,
         )
         t1 = clock.monotonic()
         invocation_id = new_ulid()
@@ -435,13 +437,8 @@ class TaskRunner:
                 seq=seq,
             )
             self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
-            await tx.update(
-                "tasks",
-                task.id,
-                calls=task.calls + 1,
-                accepted=task.accepted + 1,
-                lease_until=self.ctx.clock.now() + timedelta(seconds=LEASE_S),
-            )
+            # The task's counters are written at each round and at the end, not per reply: the
+            # invocation records are the per-call truth, and a turn stays one small commit.
             return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message), missed
 
         outcome, missed = await self.ctx.store.write(job)
@@ -718,8 +715,12 @@ class _Context:
     names: dict[str, str]
     task_text: str
     sessions: dict[str, Any] = field(default_factory=dict)
-    # Transcript entries by message id: a message is rendered once, not once per prompt.
-    rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
+    # The transcript entry of each message, in step with ``messages``: a message is rendered
+    # once, not once per prompt.
+    rendered: list[TranscriptEntry] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rendered = [d.transcript_entry(m, self.names) for m in self.messages]
 
     @property
     def last_seq(self) -> int:
@@ -728,16 +729,12 @@ class _Context:
     def add(self, message: ChannelMessage) -> None:
         if not self.messages or message.seq > self.messages[-1].seq:
             self.messages.append(message)
+            self.rendered.append(d.transcript_entry(message, self.names))
             if len(self.messages) > 2 * TRANSCRIPT_WINDOW:
-                for old in self.messages[:-TRANSCRIPT_WINDOW]:
-                    self.rendered.pop(old.id, None)
                 del self.messages[:-TRANSCRIPT_WINDOW]
+                del self.rendered[:-TRANSCRIPT_WINDOW]
 
-    def entries(self, window: list[ChannelMessage]) -> list[TranscriptEntry]:
-        out = []
-        for message in window:
-            entry = self.rendered.get(message.id)
-            if entry is None:
-                entry = self.rendered[message.id] = d.transcript_entry(message, self.names)
-            out.append(entry)
-        return out
+    def transcript(self) -> tuple[list[ChannelMessage], list[TranscriptEntry]]:
+        """The window of the next prompt (C5) and its entries."""
+        window = d.transcript_window(self.messages)
+        return window, self.rendered[len(self.rendered) - len(window) :]

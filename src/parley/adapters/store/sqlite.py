@@ -5,13 +5,20 @@ processes is how a peer project corrupted its store, so the second hub is refuse
 exclusive lock on ``<database>.lock``. Write transactions start with ``BEGIN IMMEDIATE`` so that
 a transaction never has to upgrade a read lock to a write lock (the upgrade is where two SQLite
 transactions deadlock into SQLITE_BUSY).
+
+The writer runs its statements on the event loop (see ``sqlite_inline``); so that the fsyncs of a
+WAL checkpoint never stall the loop, checkpoints run in a thread of their own instead of inside
+the commit that crosses the WAL's size limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,9 @@ from parley.adapters.store.sqlite_inline import inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
 
 BUSY_TIMEOUT_MS = 10_000
+CHECKPOINT_S = 1.0
+
+log = logging.getLogger("parley.store")
 
 
 def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -35,6 +45,7 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA wal_autocheckpoint=0")  # see SqliteStore._checkpoints
     cur.close()
 
 
@@ -72,6 +83,7 @@ class SqliteStore(SqlStore):
         self._lock_fd: int | None = None
         self._write_engine: AsyncEngine | None = None
         self._writer_conn: AsyncConnection | None = None
+        self._checkpointer: asyncio.Task[None] | None = None
         self._inbox_seq: dict[str, int] = {}
 
     def _acquire_lock(self) -> None:
@@ -102,6 +114,7 @@ class SqliteStore(SqlStore):
                 await conn.run_sync(migrate.upgrade)
                 await conn.commit()
             self.engine = _engine(self.path, writer=False)
+            self._checkpointer = asyncio.create_task(self._checkpoints(), name="parley-checkpoint")
         except Exception as exc:
             await self.close()
             if isinstance(exc, StorageError):
@@ -109,6 +122,11 @@ class SqliteStore(SqlStore):
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointer
+            self._checkpointer = None
         await super().close()
         if self._writer_conn is not None:
             with contextlib.suppress(Exception):
@@ -121,6 +139,34 @@ class SqliteStore(SqlStore):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    async def _checkpoints(self) -> None:
+        """Copy committed WAL frames into the database file every second, in a thread, on a
+        connection of its own. PASSIVE never waits for the writer or for readers."""
+
+        opened: list[sqlite3.Connection] = []
+
+        def checkpoint() -> None:
+            if not opened:
+                opened.append(sqlite3.connect(self.path, check_same_thread=False))
+            opened[0].execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+        try:
+            while True:
+                await asyncio.sleep(CHECKPOINT_S)
+                running = asyncio.ensure_future(asyncio.to_thread(checkpoint))
+                try:
+                    await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    # Let the checkpoint in flight end before its connection is closed.
+                    with contextlib.suppress(Exception):
+                        await running
+                    raise
+                except sqlite3.Error:
+                    log.exception("WAL checkpoint failed; it is retried in %ss", CHECKPOINT_S)
+        finally:
+            for conn in opened:
+                conn.close()
 
     @contextlib.asynccontextmanager
     async def _write_connection(self) -> AsyncIterator[AsyncConnection]:

@@ -1,8 +1,10 @@
-"""``parley agent …``, ``parley token issue`` and ``parley whoami``."""
+"""``parley agent …`` (``agent connect`` included), ``parley token issue``, ``parley whoami``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,14 +13,18 @@ from rich.panel import Panel
 from rich.text import Text
 
 from parley.core.runtime import RUNTIME_KINDS
+from parley.surfaces.cli import connect as connection
+from parley.surfaces.cli.client import CliFailure, HubClient
 from parley.surfaces.cli.output import (
     JsonFlag,
     client,
     console,
     emit,
     fields,
+    print_json,
     state,
     table,
+    wants_json,
     when,
     when_short,
 )
@@ -182,3 +188,64 @@ def whoami(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         console.print(Text(f"token from {cfg.token_source}", style="dim"))
 
     emit(ctx, as_json, me, render)
+
+
+@agent_app.command("connect")
+def connect(
+    ctx: typer.Context,
+    agent_id: Annotated[str, typer.Argument(metavar="ID", help="The agent to connect.")],
+    client_kind: Annotated[
+        str, typer.Option("--client", help=f"MCP client: {', '.join(connection.CLIENTS)}.")
+    ] = "generic",
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Hub URL the agent uses (default: the hub this CLI talks to)."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", help="The agent's token (default: issue a fresh one, as the operator)."
+        ),
+    ] = None,
+    profile: Annotated[
+        str, typer.Option(help=f"Tool set: {', '.join(connection.PROFILES)}.")
+    ] = "default",
+    as_json: JsonFlag = False,
+) -> None:
+    """Print the exact MCP configuration for an agent's client: the hub URL and its token.
+
+    Without --token the operator issues a fresh token for the agent (its earlier tokens stay
+    valid); with --token that token is checked against the hub and used as it is."""
+    if client_kind not in connection.CLIENTS:
+        raise typer.BadParameter(
+            f"{client_kind!r} is not one of {', '.join(connection.CLIENTS)}", param_hint="--client"
+        )
+    if profile not in connection.PROFILES:
+        raise typer.BadParameter(
+            f"{profile!r} is not one of {', '.join(connection.PROFILES)}", param_hint="--profile"
+        )
+    config = state(ctx).config()
+    fresh = token is None
+    if token is None:
+        issued = client(ctx).post(f"/v1/principals/{agent_id}/tokens", {"rotate": False})
+        token = str(issued["token"])
+    else:
+        with HubClient(dataclasses.replace(config, token=token, token_source="--token")) as hub:
+            owner = hub.get("/v1/whoami")["id"]
+        if owner != agent_id:
+            raise CliFailure(
+                f"the token given with --token belongs to {owner!r}, not {agent_id!r}; pass "
+                f"{agent_id!r}'s token, or leave --token out to issue one",
+                code="token_mismatch",
+            )
+    conn = connection.Connection(
+        agent_id=agent_id,
+        hub_url=(url or config.url).rstrip("/"),
+        token=token,
+        profile=profile,
+        token_issued=fresh,
+    )
+    if wants_json(ctx, as_json):
+        print_json(connection.as_json(client_kind, conn))
+    else:
+        sys.stdout.write(connection.render(client_kind, conn))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -110,7 +110,7 @@ def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Option(help="Channel name.")],
     member: Members = None,
-    kind: Annotated[Literal["group", "direct"], typer.Option(help="group or direct.")] = "group",
+    kind: Annotated[str, typer.Option(help="group or direct.")] = "group",
     rounds: Annotated[
         int | None, typer.Option(help="Discussion rounds per task (1-5).", min=1, max=5)
     ] = None,
@@ -118,6 +118,8 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create a group or direct channel."""
+    if kind not in ("group", "direct"):
+        raise typer.BadParameter(f"{kind!r} is not 'group' or 'direct'", param_hint="--kind")
     body: dict[str, Any] = {"name": name, "kind": kind, "members": member or []}
     if rounds is not None:
         body["discussion_rounds"] = rounds

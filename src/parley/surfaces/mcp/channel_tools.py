@@ -41,8 +41,8 @@ not post."""
 CREATE_PRIVATE_CHANNEL = """\
 Open a private channel with members (you are added). With callbackChannelId (where the result \
 goes back: your work channel, see whoami) and discussGuide (what to discuss, what conclusion is \
-wanted) it is a moderated discussion: members take turns for up to 3 rounds, and you, the \
-initiator, are the only one who can finish it with discuss_callback."""
+wanted) it is a moderated discussion: members take turns in rounds (3 from a work channel), and \
+you, the initiator, are the only one who can finish it with discuss_callback."""
 
 DISCUSS_CALLBACK = """\
 Finish a discussion you initiated: first write the summary file inside your workspace, then \
@@ -50,7 +50,7 @@ call this with its path. The discussion is discussion_id, or else the channel of
 turn. Refused for anyone but the initiator (not_initiator), a path outside your workspace \
 (summary_outside_workspace), a missing file (summary_missing) or a second call \
 (already_completed). The channel then closes and your work channel gets the result-ready \
-message, which wakes you with a turn."""
+message, which wakes you (a turn, or an inbox notice)."""
 
 WAIT_FOR_TURN = f"""\
 Wait for your next turn (discussion rounds, wakes in your work channel) and return it: turn_id, \
@@ -146,10 +146,12 @@ def functions(hub: Hub, auth: Authenticator) -> dict[str, ToolFunction]:
         last = rows[-1].seq if rows else since_seq
         return json_result(
             {
-                "channel": without_empty(
-                    {"id": channel.id, "name": channel.name, "kind": channel.kind}
-                    | {"status": channel.status}
-                ),
+                "channel": {
+                    "id": channel.id,
+                    "name": channel.name,
+                    "kind": channel.kind,
+                    "status": channel.status,
+                },
                 "messages": [message_view(m) for m in rows],
                 "count": len(rows),
                 "more": last is not None and last < channel.last_seq,
@@ -161,17 +163,13 @@ def functions(hub: Hub, auth: Authenticator) -> dict[str, ToolFunction]:
     async def post(
         ctx: Context[Any, Any],
         channel_id: Annotated[str, Field(description="channel id")],
-        content: Annotated[str, Field(min_length=1, max_length=100_000, description="markdown")],
+        content: Annotated[str, Field(description="markdown")],
     ) -> CallToolResult:
         caller = await auth(ctx)
         posted = await hub.channels.post(caller, channel_id, content)
         msg = posted.message
-        return json_result(
-            without_empty(
-                {"id": msg.id, "channel_id": msg.channel_id, "seq": msg.seq}
-                | {"task_id": posted.task_id}
-            )
-        )
+        view = {"id": msg.id, "channel_id": msg.channel_id, "seq": msg.seq}
+        return json_result(without_empty({**view, "task_id": posted.task_id}))
 
     post.__doc__ = POST
 
@@ -239,7 +237,7 @@ def functions(hub: Hub, auth: Authenticator) -> dict[str, ToolFunction]:
     async def speak(
         ctx: Context[Any, Any],
         turn_id: Annotated[str, Field(description="from wait_for_turn")],
-        text: Annotated[str, Field(min_length=1, max_length=100_000, description="your reply")],
+        text: Annotated[str, Field(description="your reply")],
     ) -> CallToolResult:
         caller = await auth(ctx)
         return json_result(answered_view(await hub.turns.speak(caller, turn_id, text)))

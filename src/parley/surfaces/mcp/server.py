@@ -20,16 +20,18 @@ from pydantic import ValidationError
 from parley import __version__
 from parley.core.errors import ConfigError, ParleyError
 from parley.service.hub import Hub
-from parley.surfaces.mcp import mail_tools
+from parley.surfaces.mcp import channel_tools, mail_tools
 from parley.surfaces.mcp.auth import Authenticator
 from parley.surfaces.mcp.results import error_result, invalid_arguments
 
 INSTRUCTIONS = """\
 parley is the coordination hub you share with other agents and humans. Your token decides who \
 you are; no argument can make you speak as someone else. Start with whoami. Handle mail with \
-check_inbox, read_message and update_message; block on wait_for_mail instead of polling. A \
-refused call returns an error that starts with a stable code (e.g. 'message_forbidden: …') and \
-says what to do instead."""
+check_inbox, read_message and update_message; block on wait_for_mail or wait_for_turn instead \
+of polling. In a discussion: wait_for_turn, then speak (or no_reply) before the deadline; end a \
+reply with [[DISCUSSION_DONE]] to vote to end. Only the initiator finishes it: write the summary \
+file in your workspace, then discuss_callback. A refused call returns an error that starts with \
+a stable code (e.g. 'message_forbidden: …') and says what to do instead."""
 
 # Which tools each profile offers, in the order clients list them; "default" offers them all.
 IDENTITY_TOOLS = ("whoami",)
@@ -41,9 +43,15 @@ MAIL_TOOLS = (
     "thread",
     "wait_for_mail",
 )
+CHANNEL_TOOLS = ("list_channels", "read_channel", "post")
+DISCUSSION_TOOLS = ("create_private_channel", "discuss_callback")
+TURN_TOOLS = ("wait_for_turn", "speak", "no_reply")
 PROFILES: dict[str, tuple[str, ...]] = {
-    "default": IDENTITY_TOOLS + MAIL_TOOLS,
+    "default": IDENTITY_TOOLS + MAIL_TOOLS + CHANNEL_TOOLS + DISCUSSION_TOOLS + TURN_TOOLS,
     "mail": IDENTITY_TOOLS + MAIL_TOOLS,
+    # wait_for_mail too: an initiator learns from an inbox notice that the rounds have ended
+    # and that it should now write the summary.
+    "discuss": IDENTITY_TOOLS + CHANNEL_TOOLS + DISCUSSION_TOOLS + TURN_TOOLS + ("wait_for_mail",),
 }
 
 
@@ -118,7 +126,8 @@ def build_mcp(hub: Hub, profile: str = "default", *, token: str | None = None) -
             code="unknown_profile",
             profiles=list(PROFILES),
         )
-    functions = mail_tools.functions(hub, Authenticator(hub, token))
+    auth = Authenticator(hub, token)
+    functions = {**mail_tools.functions(hub, auth), **channel_tools.functions(hub, auth)}
     return ParleyMCP(
         "parley",
         title="parley",

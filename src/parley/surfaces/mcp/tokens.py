@@ -76,7 +76,7 @@ async def _report() -> int:
             over = over or total > BUDGET
             print(f"profile {profile}: {total} tokens ({ENCODING}, budget {BUDGET})")
             for name, size in sizes.items():
-                print(f"  {name:<20} {size:>5}")
+                print(f"  {name:<24} {size:>5}")
     return 1 if over else 0
 
 

@@ -1,0 +1,194 @@
+"""MCP wake latency and tool-list size (SPEC S3, M5 live push).
+
+* ``wake_p50_ms`` / ``wake_p99_ms``: agent A calls ``send_message`` to agent B while B is
+  blocked in ``wait_for_mail``; latency = from the start of A's call to the return of B's wait.
+  A and B are real MCP clients over Streamable HTTP with their own tokens, against a hub served
+  by uvicorn in a child process. After each message B re-arms its wait; it is given a moment to
+  reach the hub before A sends, so every sample is a wake, not a pick-up of waiting mail.
+* ``default_profile_tokens`` / ``mail_profile_tokens`` / ``discuss_profile_tokens``: what each
+  profile's ``tools/list`` costs a client, in cl100k_base tokens (names, descriptions, schemas).
+
+Progress goes to stderr; the last line of stdout is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# This file is named like the MCP SDK's package: its directory must not shadow the SDK.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+import httpx2  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+sys.path.append(str(HERE))
+from hub_server import (  # noqa: E402
+    HubProcess,
+    install_signal_exit,
+    machine_description,
+    percentile,
+    progress,
+    set_quiet,
+    temp_postgres,
+)
+
+# A wait that has not yet reached the hub would find the mail already there: give it time.
+ARM_S = 0.02
+WAIT_S = 30.0
+
+
+async def profile_sizes(scratch: Path) -> dict[str, dict[str, int]]:
+    """Tokens per tool of every profile, counted on the tool lists the server builds."""
+    from parley.bootstrap import build_hub
+    from parley.config import Settings
+    from parley.surfaces.mcp import PROFILES, build_mcp
+    from parley.surfaces.mcp.tokens import tool_tokens
+
+    # Listing tools never touches the store: the hub is built, not started.
+    hub = build_hub(Settings(home=scratch / "tokens"))
+    return {profile: await tool_tokens(build_mcp(hub, profile)) for profile in PROFILES}
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, token: str) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"}
+    timeout = httpx2.Timeout(30.0, read=WAIT_S + 30.0)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
+        yield client
+
+
+def result_data(result: Any) -> dict[str, Any]:
+    if result.is_error:
+        raise RuntimeError(f"tool call refused: {result.content[0].text}")
+    data: dict[str, Any] = json.loads(result.content[0].text)
+    return data
+
+
+async def create_agents(server: HubProcess, *ids: str) -> dict[str, str]:
+    op = {"Authorization": f"Bearer {server.operator_token}"}
+    tokens = {}
+    async with httpx.AsyncClient(base_url=server.url, headers=op, timeout=30) as http:
+        for agent_id in ids:
+            response = await http.post("/v1/agents", json={"id": agent_id})
+            response.raise_for_status()
+            tokens[agent_id] = response.json()["token"]
+    return tokens
+
+
+async def measure_wakes(server: HubProcess, samples: int, warmup: int) -> dict[str, Any]:
+    tokens = await create_agents(server, "bench-a", "bench-b")
+    wakes: list[float] = []
+    sends: list[float] = []
+    async with (
+        mcp_session(server.url, tokens["bench-a"]) as a,
+        mcp_session(server.url, tokens["bench-b"]) as b,
+    ):
+        for n in range(warmup + samples):
+            waiting = asyncio.create_task(b.call_tool("wait_for_mail", {"timeout_s": WAIT_S}))
+            await asyncio.sleep(ARM_S)
+            t0 = time.perf_counter()
+            sent = result_data(
+                await a.call_tool(
+                    "send_message",
+                    {"to": "bench-b", "kind": "notice", "subject": f"wake {n}", "body": "."},
+                )
+            )
+            t1 = time.perf_counter()
+            woke = result_data(await waiting)
+            t2 = time.perf_counter()
+            if [m["id"] for m in woke["messages"]] != [sent["id"]]:
+                raise RuntimeError(f"sample {n}: the wait returned {woke!r}, not {sent['id']}")
+            if n >= warmup:
+                sends.append((t1 - t0) * 1000)
+                wakes.append((t2 - t0) * 1000)
+            if n and n % 100 == 0:
+                progress(f"{n} wakes measured")
+    wakes.sort()
+    sends.sort()
+    return {
+        "wake_p50_ms": _ms(percentile(wakes, 50)),
+        "wake_p99_ms": _ms(percentile(wakes, 99)),
+        "wake_max_ms": _ms(wakes[-1] if wakes else None),
+        "send_p50_ms": _ms(percentile(sends, 50)),
+        "samples": len(wakes),
+    }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+@contextlib.asynccontextmanager
+async def database(backend: str) -> AsyncIterator[str | None]:
+    if backend == "sqlite":
+        yield None
+        return
+    async with temp_postgres("parley_bench_mcp_") as url:
+        yield url
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    machine = machine_description()
+    samples = args.samples or (100 if args.quick else 1000)
+    scratch = Path(tempfile.mkdtemp(prefix="parley-bench-mcp-"))
+    try:
+        sizes = await profile_sizes(scratch)
+        async with database(args.backend) as url:
+            server = HubProcess(scratch / "hub", url)
+            try:
+                await server.start()
+                progress(f"hub pid {server.pid} at {server.url}; {samples} wakes")
+                wakes = await measure_wakes(server, samples, warmup=10)
+            finally:
+                server.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "bench": "mcp",
+        "backend": args.backend,
+        "quick": args.quick,
+        **wakes,
+        **{f"{profile}_profile_tokens": sum(tools.values()) for profile, tools in sizes.items()},
+        "tool_tokens": sizes["default"],
+        "arm_ms": ARM_S * 1000,
+        "machine": machine,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
+    parser.add_argument("--samples", type=int, default=None, help="measured wakes")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    set_quiet(args.quiet)
+    install_signal_exit()
+    result = asyncio.run(run(args))
+    sys.stdout.flush()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
