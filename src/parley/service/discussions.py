@@ -10,7 +10,6 @@ the initiator.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from parley.core import discussion as d
 from parley.core.channels import Channel
@@ -62,10 +61,8 @@ class Discussions:
                 "group channels instead",
                 code="initiator_must_be_agent",
             )
-        superseded: list[str] = []
 
-        async def job(tx: Tx) -> tuple[Channel, Any]:
-            superseded.clear()
+        async def job(tx: Tx) -> Channel:
             origin = await tx.get_channel(callback_channel_id)
             if origin is None or origin.status == "deleted":
                 raise NotFound(
@@ -112,20 +109,16 @@ class Discussions:
             kickoff = await self.channels.post_as_moderator(
                 tx, channel_id, d.kickoff(discuss_guide or ""), trigger=True
             )
-            task = await self.runner.start_task(tx, channel, kickoff, superseded)
-            return channel, task
+            await self.runner.start_task(tx, channel, kickoff)
+            return channel
 
-        channel, task = await self.ctx.store.write(job)
-        self.runner._after_start(task, superseded)
-        return channel
+        return await self.ctx.store.write(job)
 
     async def callback(self, caller: Principal, channel_id: str, summary_path: str) -> Channel:
         """C8: only from the discussion channel, by its initiator, with a summary file that
         exists inside the initiator's workspace, once. Each refusal has its own code."""
-        superseded: list[str] = []
 
-        async def job(tx: Tx) -> tuple[Channel, Any]:
-            superseded.clear()
+        async def job(tx: Tx) -> Channel:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
@@ -160,10 +153,7 @@ class Discussions:
             meta.update({"summaryPath": str(resolved), "status": "closed", "completedAt": iso(now)})
             await tx.update("channels", channel_id, metadata=meta, status="closed")
             await self._silence_sessions(tx, channel)
-            t = tx.table("tasks").c
-            for old in await tx.select("tasks", t.channel_id == channel_id, t.status == "running"):
-                await tx.update("tasks", old.id, cancel_requested=True)
-                superseded.append(old.id)
+            await self.runner.supersede_running(tx, channel_id)
             self.ctx.events.record(
                 tx,
                 "discussion.completed",
@@ -173,7 +163,6 @@ class Discussions:
             )
             # C9: the result-ready message in the origin channel wakes the origin session.
             origin = await tx.get_channel(meta["originChannelId"], for_update=True)
-            task = None
             if origin is not None and origin.status == "active":
                 ready = await self.channels.post_as_moderator(
                     tx,
@@ -182,12 +171,10 @@ class Discussions:
                     trigger=True,
                     metadata={"discussionChannelId": channel_id, "summaryPath": str(resolved)},
                 )
-                task = await self.runner.start_task(tx, origin, ready, [])
-            return channel.model_copy(update={"metadata": meta, "status": "closed"}), task
+                await self.runner.start_task(tx, origin, ready)
+            return channel.model_copy(update={"metadata": meta, "status": "closed"})
 
-        channel, task = await self.ctx.store.write(job)
-        self.runner._after_start(task, superseded)
-        return channel
+        return await self.ctx.store.write(job)
 
     async def _silence_sessions(self, tx: Tx, channel: Channel) -> None:
         """Override every member's session in this channel to NO_REPLY — a per-session override,
@@ -211,10 +198,8 @@ class Discussions:
         require_operator(caller, "force-close a discussion")
         if not reason.strip():
             raise InvalidRequest("give a reason for closing", code="reason_required")
-        superseded: list[str] = []
 
-        async def job(tx: Tx) -> tuple[Channel, Any]:
-            superseded.clear()
+        async def job(tx: Tx) -> Channel:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
@@ -226,10 +211,7 @@ class Discussions:
                 meta.update({"status": "closed", "closedReason": reason, "closedAt": iso(now)})
             await tx.update("channels", channel_id, metadata=meta, status="closed")
             await self._silence_sessions(tx, channel)
-            t = tx.table("tasks").c
-            for old in await tx.select("tasks", t.channel_id == channel_id, t.status == "running"):
-                await tx.update("tasks", old.id, cancel_requested=True)
-                superseded.append(old.id)
+            await self.runner.supersede_running(tx, channel_id)
             await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
             self.ctx.events.record(
                 tx,
@@ -238,19 +220,16 @@ class Discussions:
                 subject=f"channel:{channel_id}",
                 payload={"reason": reason},
             )
-            task = None
             origin_id = meta.get("originChannelId")
             origin = await tx.get_channel(origin_id, for_update=True) if origin_id else None
             if origin is not None and origin.status == "active":
                 note = await self.channels.post_as_moderator(
                     tx, origin.id, d.force_closed(channel_id, reason), trigger=True
                 )
-                task = await self.runner.start_task(tx, origin, note, [])
-            return channel.model_copy(update={"metadata": meta, "status": "closed"}), task
+                await self.runner.start_task(tx, origin, note)
+            return channel.model_copy(update={"metadata": meta, "status": "closed"})
 
-        channel, task = await self.ctx.store.write(job)
-        self.runner._after_start(task, superseded)
-        return channel
+        return await self.ctx.store.write(job)
 
     async def remind_stale(self) -> list[str]:
         """C15: remind the initiator of every active discussion idle past the configured time

@@ -92,10 +92,7 @@ class TaskRunner:
     async def post_trigger(
         self, caller: Principal, channel_id: str, content: str, *, reply_to: str | None = None
     ) -> Posted:
-        superseded: list[str] = []
-
-        async def job(tx: Tx) -> tuple[Posted, Task | None]:
-            superseded.clear()
+        async def job(tx: Tx) -> Posted:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
@@ -117,7 +114,7 @@ class TaskRunner:
                 )
                 if channel.kind == "discussion":
                     await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
-                return Posted(message=message), None
+                return Posted(message=message)
             is_trigger = channel.kind != "work" or caller.id != channel.owner_agent_id
             message = await self.channels.append(
                 tx,
@@ -129,24 +126,35 @@ class TaskRunner:
                 trigger=is_trigger,
             )
             if not is_trigger:
-                return Posted(message=message), None
-            task = await self.start_task(tx, channel, message, superseded)
-            return Posted(message=message, task_id=task.id if task else None), task
+                return Posted(message=message)
+            task = await self.start_task(tx, channel, message)
+            return Posted(message=message, task_id=task.id if task else None)
 
-        posted, task = await self.ctx.store.write(job)
-        self._after_start(task, superseded)
-        return posted
+        return await self.ctx.store.write(job)
 
-    async def start_task(
-        self, tx: Tx, channel: Channel, trigger: ChannelMessage, superseded: list[str]
-    ) -> Task | None:
-        """Inside the trigger's transaction: flag running tasks superseded and record the new
-        task with its snapshot of speakers and rounds (C12)."""
+    async def supersede_running(self, tx: Tx, channel_id: str) -> list[str]:
+        """Flag the channel's running tasks cancelled; their in-process runners are signalled
+        once this transaction commits."""
         t = tx.table("tasks").c
-        running = await tx.select("tasks", t.channel_id == channel.id, t.status == "running")
-        for old in running:
-            await tx.update("tasks", old.id, cancel_requested=True)
-            superseded.append(old.id)
+        running = await tx.select("tasks", t.channel_id == channel_id, t.status == "running")
+        ids = [old.id for old in running]
+        for old_id in ids:
+            await tx.update("tasks", old_id, cancel_requested=True)
+        if ids:
+            tx.after_commit(lambda: self._signal(ids))
+        return ids
+
+    def _signal(self, task_ids: list[str]) -> None:
+        for old in task_ids:
+            live = self.live.get(old)
+            if live is not None:
+                live.cancel.set()
+
+    async def start_task(self, tx: Tx, channel: Channel, trigger: ChannelMessage) -> Task | None:
+        """Inside the trigger's transaction: flag running tasks superseded and record the new
+        task with its snapshot of speakers and rounds (C12). The task is launched by the commit
+        itself (after-commit), so a caller that goes away after committing cannot strand it."""
+        superseded = await self.supersede_running(tx, channel.id)
         speakers: list[str] = []
         for member in channel.members:
             agent = await self.identity.get(member, tx)
@@ -192,15 +200,8 @@ class TaskRunner:
             trace_id=task.id,
         )
         self._publish_task(tx, task)
+        tx.after_commit(lambda: self.launch(task))
         return task
-
-    def _after_start(self, task: Task | None, superseded: list[str]) -> None:
-        for old in superseded:
-            live = self.live.get(old)
-            if live is not None:
-                live.cancel.set()
-        if task is not None:
-            self.launch(task)
 
     def launch(self, task: Task) -> None:
         live = _Live(task, ready_at=self.ctx.clock.monotonic())
@@ -364,6 +365,7 @@ class TaskRunner:
             round=number,
             trigger_id=task.trigger_id,
             task_id=task.id,
+            runtime_state=dict(session.runtime_state),
         )
         try:
             if self.before_call is not None:
@@ -385,11 +387,25 @@ class TaskRunner:
             await self._record(trace, "failed", failure.code, None, t2)
             return TurnOutcome(kind="failed", reason=f"{failure.code}: {failure.message}")
         t2 = clock.monotonic()
+        if result.runtime_state is not None and result.runtime_state != session.runtime_state:
+            await self._save_runtime_state(ctx, session, result.runtime_state)
         reply = d.parse_reply(result.text)
         if reply.silent:
             await self._record(trace, "silent", None, result, t2)
             return TurnOutcome(kind="silent", voted=reply.voted_done)
         return await self._append_reply(live, ctx, trace, result, reply, t2)
+
+    async def _save_runtime_state(
+        self, ctx: _Context, session: LogicalSession, state: dict[str, Any]
+    ) -> None:
+        """Keep the runtime's own session (a Claude Code session id, a Codex thread) on the
+        logical session, so the next turn resumes it (W1 RuntimeSubSession)."""
+
+        async def job(tx: Tx) -> None:
+            await tx.update("sessions", session.id, runtime_state=state)
+
+        await self.ctx.store.write(job)
+        ctx.sessions[session.agent_id] = session.model_copy(update={"runtime_state": state})
 
     async def _append_reply(
         self,

@@ -16,6 +16,8 @@ from parley.surfaces.rest.sse import SseItem, last_event_id, stream
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
+TASKS_REPLAYED = 5
+
 
 class PrivateChannelRequest(BaseModel):
     """create_private_channel (C3); with callbackChannelId it opens a discussion."""
@@ -137,7 +139,17 @@ async def channel_stream(
                 if len(rows) < 1000:
                     break
                 after_seq = rows[-1].seq
+            # A watcher that joins (or resumes) late must still learn how the recent tasks
+            # stand: a task may have finished before it subscribed.
+            t = tx.table("tasks").c
+            recent = await tx.select(
+                "tasks", t.channel_id == channel_id, order_by=[t.id.desc()], limit=TASKS_REPLAYED
+            )
         last_task_seq["value"] = int(items[-1].id) if items else after_seq
+        items += [
+            SseItem(str(last_task_seq["value"]), "task", task.model_dump(mode="json"))
+            for task in reversed(recent)
+        ]
         return items
 
     def from_live(data: dict[str, Any]) -> SseItem | None:
