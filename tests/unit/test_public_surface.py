@@ -1,0 +1,98 @@
+"""Pins the public surface: the REST routes of the OpenAPI document, the MCP tool names per
+profile and the package's top-level exports. A change here is a change to users' integrations
+and must be deliberate (and noted in CHANGELOG.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import parley
+from parley.bootstrap import build_hub
+from parley.config import Settings
+from parley.surfaces.mcp import PROFILES
+from parley.surfaces.rest.app import create_app
+
+ROUTES = """
+GET /healthz
+GET /readyz
+GET /v1/agents
+POST /v1/agents
+GET /v1/agents/{agent_id}
+GET /v1/agents/{owner}/inbox
+GET /v1/agents/{owner}/inbox/stream
+GET /v1/agents/{owner}/inbox/wait
+GET /v1/agents/{owner}/summary
+GET /v1/channels
+POST /v1/channels
+POST /v1/channels/private
+GET /v1/channels/{channel_id}
+PATCH /v1/channels/{channel_id}
+POST /v1/channels/{channel_id}/callback
+POST /v1/channels/{channel_id}/close
+GET /v1/channels/{channel_id}/messages
+POST /v1/channels/{channel_id}/messages
+GET /v1/channels/{channel_id}/stream
+GET /v1/channels/{channel_id}/tasks
+GET /v1/events
+GET /v1/events/stream
+GET /v1/humans
+POST /v1/humans
+GET /v1/im/sessions
+POST /v1/im/sessions
+GET /v1/im/sessions/{channel_id}
+POST /v1/im/sessions/{channel_id}/messages
+GET /v1/im/sessions/{channel_id}/messages
+GET /v1/im/sessions/{channel_id}/tasks
+POST /v1/mail
+GET /v1/mail/{message_id}
+POST /v1/mail/{message_id}/archive
+POST /v1/mail/{message_id}/redeliver
+POST /v1/mail/{message_id}/status
+GET /v1/mail/{message_id}/thread
+GET /v1/mailroom/export
+POST /v1/mailroom/import
+POST /v1/principals/{principal_id}/tokens
+GET /v1/tasks/{task_id}
+DELETE /v1/tasks/{task_id}
+GET /v1/tasks/{task_id}/invocations
+GET /v1/turns/next
+POST /v1/turns/{turn_id}/no_reply
+POST /v1/turns/{turn_id}/speak
+GET /v1/whoami
+"""
+
+DISCUSS = ("list_channels", "read_channel", "post", "create_private_channel", "discuss_callback")
+TURNS = ("wait_for_turn", "speak", "no_reply")
+MAIL = (
+    "whoami",
+    "send_message",
+    "check_inbox",
+    "read_message",
+    "update_message",
+    "thread",
+    "wait_for_mail",
+)
+
+
+def test_rest_routes_are_pinned(tmp_path: Path) -> None:
+    app = create_app(hub=build_hub(Settings(home=tmp_path)))
+    spec = app.openapi()
+    routes = {f"{method.upper()} {path}" for path, ops in spec["paths"].items() for method in ops}
+    assert routes == set(ROUTES.split("\n")) - {""}
+    assert "/mcp" not in spec["paths"]  # MCP is mounted, not a REST route
+
+
+def test_mcp_tool_profiles_are_pinned() -> None:
+    expected = {
+        "default": (*MAIL, *DISCUSS, *TURNS),
+        "mail": MAIL,
+        "discuss": ("whoami", *DISCUSS, *TURNS, "wait_for_mail"),
+    }
+    assert dict(PROFILES) == expected
+
+
+def test_package_exports() -> None:
+    assert parley.__version__
+    from parley.service import Hub
+
+    assert Hub.__name__ == "Hub"
