@@ -102,20 +102,10 @@ class TaskRunner:
                     code="not_a_member",
                 )
             kind: SenderKind = "agent" if caller.kind == "agent" else "human"
-            if channel.status == "closed":
-                # Kept for the record, answered only by the moderator's closed template (C8).
-                message = await self.channels.append(
-                    tx,
-                    channel_id,
-                    sender_id=caller.id,
-                    sender_kind=kind,
-                    content=content,
-                    reply_to=reply_to,
-                )
-                if channel.kind == "discussion":
-                    await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
-                return Posted(message=message)
-            is_trigger = channel.kind != "work" or caller.id != channel.owner_agent_id
+            closed = channel.status == "closed"
+            is_trigger = not closed and (
+                channel.kind != "work" or caller.id != channel.owner_agent_id
+            )
             message = await self.channels.append(
                 tx,
                 channel_id,
@@ -125,6 +115,9 @@ class TaskRunner:
                 reply_to=reply_to,
                 trigger=is_trigger,
             )
+            if closed and channel.kind == "discussion":
+                # Kept for the record, answered only by the moderator's closed template (C8).
+                await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
             if not is_trigger:
                 return Posted(message=message)
             task = await self.start_task(tx, channel, message)
