@@ -70,6 +70,28 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def pin_to(cpus: set[int]) -> bool:
+    """Restrict the calling thread (and the threads it starts later) to ``cpus``; False where
+    the platform cannot."""
+    setter = getattr(os, "sched_setaffinity", None)
+    if setter is None:
+        return False
+    setter(0, cpus)
+    return True
+
+
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """One CPU for the server, the others for load generators (None on a single CPU or where
+    affinity cannot be set), so that the load never competes with the server for its core."""
+    getter = getattr(os, "sched_getaffinity", None)
+    if getter is None:
+        return None
+    cpus = sorted(getter(0))
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, set(cpus[1:])
+
+
 def machine_description() -> dict[str, Any]:
     """What the figures were measured on, including how busy the machine was (load average)."""
     return {
@@ -118,9 +140,17 @@ def free_port() -> int:
 class HubProcess:
     """A hub served by uvicorn in a child process; ``stop`` is safe to call on every path."""
 
-    def __init__(self, home: Path, database_url: str | None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        database_url: str | None,
+        port: int | None = None,
+        *,
+        cpus: set[int] | None = None,
+    ) -> None:
         self.home = home
         self.database_url = database_url
+        self.cpus = cpus
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -138,6 +168,8 @@ class HubProcess:
         cmd += ["--port", str(self.port)]
         if self.database_url:
             cmd += ["--database-url", self.database_url]
+        if self.cpus:
+            cmd += ["--cpus", ",".join(str(c) for c in sorted(self.cpus))]
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "server.log").open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -230,7 +262,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=os.environ.get("PARLEY_BENCH_LOOP", "auto"),
         help="event loop (auto: uvloop when installed)",
     )
+    parser.add_argument("--cpus", default=None, help="pin the server to these CPUs, e.g. 0 or 0,1")
     args = parser.parse_args(argv)
+    # Run as a script, this directory leads sys.path, and bench/mcp.py would shadow the MCP
+    # SDK that the app imports.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    if args.cpus:
+        # Before uvicorn starts: threads made later (SQLite readers) inherit the affinity.
+        pin_to({int(c) for c in args.cpus.split(",")})
 
     import uvicorn
 

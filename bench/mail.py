@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -37,9 +38,11 @@ from hub_server import (
     install_signal_exit,
     machine_description,
     percentile,
+    pin_to,
     process_cpu_seconds,
     progress,
     set_quiet,
+    split_cpus,
     temp_postgres,
 )
 from parley.bootstrap import build_hub
@@ -69,6 +72,7 @@ class Plan:
     rest_concurrency: int
     grace_s: float = CATCH_UP_S
     sse: bool = True
+    pin: bool = False
     phases: tuple[str, ...] = ("service", "rest")
 
 
@@ -248,29 +252,45 @@ async def _create_agents(client: httpx.AsyncClient, prefix: str, count: int) -> 
     return tokens
 
 
-async def _warm_rest(client: httpx.AsyncClient, tokens: list[str], to: list[str], n: int) -> None:
-    async def one(i: int) -> None:
+async def _warm_rest(client: httpx.AsyncClient, tokens: list[str], to: list[str], n: int) -> int:
+    """Send ``n`` messages to warm the server up; returns how many were refused (a refusal
+    under load is a finding to report, not a reason to stop)."""
+
+    async def one(i: int) -> bool:
         body = {"to": to[i % len(to)], "kind": "notice", "subject": "warm", "body": "up"}
         headers = {"Authorization": f"Bearer {tokens[i % len(tokens)]}"}
-        (await client.post("/v1/mail", json=body, headers=headers)).raise_for_status()
+        resp = await client.post("/v1/mail", json=body, headers=headers)
+        if resp.status_code != 201:
+            progress(f"rest: warm-up send answered {resp.status_code}: {resp.text[:200]}")
+        return resp.status_code == 201
 
+    refused = 0
     for start in range(0, n, 16):
-        await asyncio.gather(*(one(i) for i in range(start, min(n, start + 16))))
+        done = await asyncio.gather(*(one(i) for i in range(start, min(n, start + 16))))
+        refused += done.count(False)
+    return refused
 
 
 async def _run_load(plan: Plan, server: HubProcess, job: dict[str, Any]) -> list[dict[str, Any]]:
     per_client = [plan.rest_concurrency // plan.rest_clients] * plan.rest_clients
     per_client[0] += plan.rest_concurrency - sum(per_client)
     procs: list[asyncio.subprocess.Process] = []
+    jobs: list[bytes] = []
     try:
         for concurrency in per_client:
-            arg = json.dumps({**job, "url": server.url, "concurrency": concurrency})
+            # The job (with the agents' tokens) goes through stdin, not the command line.
+            jobs.append(json.dumps({**job, "url": server.url, "concurrency": concurrency}).encode())
             procs.append(
                 await asyncio.create_subprocess_exec(
-                    sys.executable, str(LOAD_SCRIPT), arg, stdout=asyncio.subprocess.PIPE
+                    sys.executable,
+                    str(LOAD_SCRIPT),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
                 )
             )
-        outputs = await asyncio.gather(*(p.communicate() for p in procs))
+        outputs = await asyncio.gather(
+            *(p.communicate(data) for p, data in zip(procs, jobs, strict=True))
+        )
     finally:
         for p in procs:
             if p.returncode is None:
@@ -311,16 +331,31 @@ async def _following(
 
 
 async def bench_rest(plan: Plan, home: Path, database_url: str | None) -> dict[str, Any]:
-    server = HubProcess(home, database_url)
+    split = split_cpus() if plan.pin else None
+    server = HubProcess(home, database_url, cpus=split[0] if split else None)
+    original = os.sched_getaffinity(0) if split else None
     try:
+        if split:
+            # This process (the SSE subscribers) shares the load generators' CPUs, not the
+            # server's.
+            pin_to(split[1])
         await server.start()
-        progress(f"rest: hub pid {server.pid} serving at {server.url}")
-        return await _measure_rest(plan, server, new_ulid()[-6:].lower())
+        where = f" on CPU {sorted(split[0])}, load on {sorted(split[1])}" if split else ""
+        progress(f"rest: hub pid {server.pid} serving at {server.url}{where}")
+        result = await _measure_rest(plan, server, new_ulid()[-6:].lower(), split)
     finally:
         server.stop()
+        if original is not None:
+            pin_to(original)
+    result["pinned"] = (
+        None if split is None else {"server": sorted(split[0]), "load": sorted(split[1])}
+    )
+    return result
 
 
-async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, Any]:
+async def _measure_rest(
+    plan: Plan, server: HubProcess, run: str, split: tuple[set[int], set[int]] | None
+) -> dict[str, Any]:
     op = {"Authorization": f"Bearer {server.operator_token}"}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     timeout = httpx.Timeout(30.0, read=None)
@@ -329,7 +364,7 @@ async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, A
     ) as client:
         senders = await _create_agents(client, f"s{run}-", SENDER_AGENTS)
         recipients = await _create_agents(client, f"r{run}-", RECIPIENTS)
-        await _warm_rest(client, list(senders.values()), list(recipients), 400)
+        warmup_errors = await _warm_rest(client, list(senders.values()), list(recipients), 400)
         samples = SseSamples()
         followed = recipients if plan.sse else {}
         async with _following(client, followed, samples):
@@ -345,6 +380,7 @@ async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, A
                 "start_at": start_at,
                 "duration": plan.rest_s,
                 "grace": plan.grace_s,
+                "cpus": sorted(split[1]) if split else None,
             }
             cpu_before = process_cpu_seconds(server.pid)
             own_before = time.process_time()
@@ -359,6 +395,7 @@ async def _measure_rest(plan: Plan, server: HubProcess, run: str) -> dict[str, A
                 await asyncio.wait_for(samples.reached.wait(), plan.grace_s)
     result = _rest_result(plan, loads, samples, cpu_before, cpu_after)
     result["sse_client_cpu_pct"] = round(100 * own_cpu / result["rest_window_s"], 1)
+    result["rest_warmup_errors"] = warmup_errors
     return result
 
 
@@ -503,6 +540,12 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
         action="store_true",
         help="no SSE subscribers during the REST load (to see what live delivery costs)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="give the server a CPU of its own and the load generators and SSE subscribers the "
+        "others (off by default: on a shared machine the scheduler does better unpinned)",
+    )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     default_s = 3.0 if args.quick else 15.0
@@ -524,6 +567,7 @@ def parse_plan(argv: list[str] | None = None) -> tuple[Plan, bool]:
         rest_concurrency=args.rest_concurrency,
         grace_s=5.0 if args.quick else CATCH_UP_S,
         sse=not args.no_sse,
+        pin=args.pin,
         phases=(args.only,) if args.only else ("service", "rest"),
     )
     return plan, args.json_only
@@ -533,12 +577,16 @@ def main(argv: list[str] | None = None) -> None:
     plan, json_only = parse_plan(argv)
     set_quiet(json_only)
     install_signal_exit()
-    if importlib.util.find_spec("uvloop") is not None:
-        import uvloop
+    try:
+        if importlib.util.find_spec("uvloop") is not None:
+            import uvloop
 
-        result = uvloop.run(run(plan))
-    else:
-        result = asyncio.run(run(plan))
+            result = uvloop.run(run(plan))
+        else:
+            result = asyncio.run(run(plan))
+    except KeyboardInterrupt:
+        progress("interrupted; temporary data, databases and processes were cleaned up")
+        raise SystemExit(130) from None
     if not json_only:
         for key in ("service_msgs_per_s", "rest_reqs_per_s", "sse_p50_ms", "sse_p99_ms"):
             print(f"{key:>20}: {result[key]}")

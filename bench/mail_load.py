@@ -1,6 +1,6 @@
 """One REST load-generator process for ``bench/mail.py``: keep-alive HTTP/1.1 senders.
 
-Reads its job as JSON from argv[1], waits for the agreed wall-clock start so that every load
+Reads its job as JSON from stdin, waits for the agreed wall-clock start so that every load
 process begins together, runs ``concurrency`` asyncio tasks that each ``POST /v1/mail`` one
 request after another until the duration is over, and prints one JSON result line on stdout.
 Each request carries ``payload.t_ns`` (``time.time_ns()`` just before sending) so that an SSE
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import resource
 import sys
 import time
@@ -106,7 +107,9 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    job = json.loads(sys.argv[1])
+    job = json.loads(sys.stdin.read())
+    if job.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(job["cpus"]))
     with contextlib.suppress(KeyboardInterrupt):
         if importlib.util.find_spec("uvloop") is not None:
             import uvloop

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from parley.core.errors import InvalidRequest, NotFound, PermissionDenied
+from parley.core.limits import preview
 
 
 class LocalWorkspace:
@@ -28,7 +29,16 @@ class LocalWorkspace:
                 resolved=str(resolved),
                 workspace=str(root),
             )
-        if not resolved.is_file():
+        try:
+            is_file = resolved.is_file()
+        except OSError as exc:
+            # e.g. a path component longer than the file system allows (ENAMETOOLONG)
+            raise InvalidRequest(
+                f"summaryPath {preview(path)} cannot be a file here: {exc.strerror}; give the "
+                "path of the summary file you wrote",
+                code="invalid_summary_path",
+            ) from exc
+        if not is_file:
             raise NotFound(
                 f"summaryPath {path!r} does not exist (resolved to {str(resolved)!r}); write the "
                 "summary file first",

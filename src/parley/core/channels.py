@@ -9,9 +9,9 @@ conclusion was verified" (C7).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 ChannelKind = Literal["work", "group", "discussion", "meeting", "direct"]
 CHANNEL_KINDS: tuple[str, ...] = get_args(ChannelKind)
@@ -38,6 +38,7 @@ RejectReason = Literal["new_message", "room_deleted", "cancelled", "agent_failed
 InvocationOutcome = Literal["accepted", "silent", "rejected", "failed"]
 
 MAX_MEMBERS = 64
+MAX_ROUTE_CHARS = 300
 TRANSCRIPT_WINDOW = 128
 DEFAULT_ROUNDS = 3
 
@@ -114,6 +115,12 @@ class Task(BaseModel):
     finished: datetime | None = None
 
 
+def _cut_route(route: str) -> str:
+    # A route is built from the agent's runtime config (base URL, model); one too long for the
+    # trace column must not cost the trace, let alone the task. Its start names the provider.
+    return route if len(route) <= MAX_ROUTE_CHARS else route[: MAX_ROUTE_CHARS - 1] + "…"
+
+
 class Invocation(BaseModel):
     """The trace record of one runtime call (C13)."""
 
@@ -126,7 +133,7 @@ class Invocation(BaseModel):
     prompt_first_id: str | None
     prompt_last_id: str | None
     prompt_chars: int
-    model_route: str
+    model_route: Annotated[str, AfterValidator(_cut_route)]
     outcome: InvocationOutcome
     reason: str | None = None
     message_id: str | None = None

@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 from parley.core.errors import Conflict, InvalidRequest, UnknownKind
+from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableObject, StorableText
 
 MailroomKind = Literal["task", "report", "handoff", "blocker", "notice"]
 SessionKind = Literal[
@@ -48,6 +49,7 @@ ToKind = Literal["agent", "session", "channel", "broadcast"]
 CopyReason = Literal["cc", "blocker", "broadcast", "channel", "redeliver"]
 
 DEFAULT_TTL_SECONDS = 86400
+MAX_TTL_SECONDS = 365 * 86400
 BROADCAST_TO = "*"
 
 # The forward order of the lifecycle; a recipient may only move a message to a later step.
@@ -106,18 +108,22 @@ class Message(BaseModel):
 class SendRequest(BaseModel):
     """What a sender asks for; the hub fills in the sender, ids and times."""
 
-    to: str = Field(description="Recipient: an agent id, 'session:<id>', 'channel:<id>', or '*'.")
-    kind: str
-    subject: str = Field(default="", max_length=500)
-    body: str = Field(default="", max_length=200_000)
-    payload: dict[str, Any] = Field(default_factory=dict)
-    cc: list[str] = Field(default_factory=list, max_length=64)
-    parent_message_id: str | None = Field(default=None, max_length=64)
-    correlation_id: str | None = Field(default=None, max_length=200)
-    related: list[str] = Field(default_factory=list, max_length=100)
-    labels: list[str] = Field(default_factory=list, max_length=50)
-    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=365 * 86400)
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    to: StorableText = Field(
+        max_length=200,
+        description="Recipient: an agent id, 'session:<id>', 'channel:<id>', or '*'.",
+    )
+    kind: str = Field(max_length=32)
+    subject: StorableText = Field(default="", max_length=500)
+    body: StorableText = Field(default="", max_length=200_000)
+    payload: StorableObject = Field(default_factory=dict)
+    cc: list[StorableText] = Field(default_factory=list, max_length=64)
+    parent_message_id: OptionalStorableText = Field(default=None, max_length=64)
+    # The correlation id is also the trace id of the send's event, whose column holds 64.
+    correlation_id: OptionalStorableText = Field(default=None, max_length=64)
+    related: list[StorableText] = Field(default_factory=list, max_length=100)
+    labels: list[StorableText] = Field(default_factory=list, max_length=50)
+    ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
+    idempotency_key: OptionalStorableText = Field(default=None, min_length=1, max_length=200)
 
 
 def check_kind(kind: str) -> MailKind:
@@ -137,13 +143,15 @@ def check_since(since: str | None) -> str | None:
         return None
     try:
         at = datetime.fromisoformat(since.strip().replace("Z", "+00:00"))
-    except ValueError:
+        # The hub is UTC: a time without an offset is taken as UTC. Converting a time at the
+        # edge of the calendar (year 1 or 9999 with an offset) overflows.
+        at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise InvalidRequest(
             f"since {since!r} is not a time; use ISO-8601 such as 2026-05-31T15:00:00Z",
             code="invalid_since",
         ) from None
-    # The hub is UTC: a time without an offset is taken as UTC.
-    return (at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)).isoformat()
+    return at.isoformat()
 
 
 def parse_address(to: str) -> tuple[ToKind, str]:
@@ -207,5 +215,5 @@ class InboxFilter(BaseModel):
     unread: bool = False
     include_archived: bool = False
     since: str | None = None
-    after_seq: int | None = None
+    after_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ)
     limit: int = Field(default=100, ge=1, le=1000)

@@ -394,9 +394,14 @@ def parse_file(path: str, text: str, *, in_archive: bool, folder: str) -> Messag
     }
     _check_lengths(path, values)
     try:
-        return Message.model_validate(values)
+        msg = Message.model_validate(values)
     except ValidationError as exc:
         raise _invalid(path, str(exc)) from exc
+    try:
+        _ = msg.expires_at  # a 'created' near year 9999 plus the ttl overflows the calendar
+    except OverflowError:
+        raise _invalid(path, "its 'created' time plus its 'ttl' lies beyond year 9999") from None
+    return msg
 
 
 def address_of_parts(to_kind: str, to_id: str) -> str:
@@ -511,19 +516,25 @@ class _Fields:
             text = f"{compact[1]}T{compact[2]}:{compact[3]}"
         try:
             at = datetime.fromisoformat(text)
-        except ValueError as exc:
+            # The hub is UTC; a time written without an offset is taken as UTC. Converting a
+            # time at the edge of the calendar (year 1 or 9999 with an offset) overflows.
+            return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+        except (ValueError, OverflowError) as exc:
             raise _invalid(
                 self.path, f"'{key}' {text!r} is not a time; write YYYY-MM-DDTHH:MM (UTC)"
             ) from exc
-        # The hub is UTC; a time written without an offset is taken as UTC.
-        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
     def ttl(self) -> int:
         text = self.optional("ttl")
         if text is None:
             return m.DEFAULT_TTL_SECONDS
-        if not (text.isascii() and text.isdigit()) or int(text) < 1:
-            raise _invalid(self.path, f"'ttl' {text!r} is not a positive number of seconds")
+        # The length check first: int() refuses thousands of digits with an error of its own.
+        digits = text.isascii() and text.isdigit() and len(text) <= 10
+        if not digits or not 1 <= int(text) <= m.MAX_TTL_SECONDS:
+            raise _invalid(
+                self.path,
+                f"'ttl' {text!r} is not a number of seconds from 1 to {m.MAX_TTL_SECONDS}",
+            )
         return int(text)
 
     def payload(self) -> dict[str, Any]:

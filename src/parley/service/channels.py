@@ -12,6 +12,7 @@ from parley.core.channels import Channel, ChannelMessage, LogicalSession, Sender
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
+from parley.core.limits import StorableText, check_seq, check_text
 from parley.core.ports import Tx
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -29,9 +30,9 @@ def channel_topic(channel_id: str) -> str:
 class ChannelSpec(BaseModel):
     """A new group or direct channel."""
 
-    name: str = Field(min_length=1, max_length=200)
+    name: StorableText = Field(min_length=1, max_length=200)
     kind: Literal["group", "direct"] = "group"
-    members: list[str] = Field(default_factory=list, max_length=200)
+    members: list[StorableText] = Field(default_factory=list, max_length=200)
     discussion_rounds: int = Field(default=3)
     private: bool = False
     turn_timeout_s: float | None = Field(default=None, gt=0, le=86400)
@@ -39,7 +40,7 @@ class ChannelSpec(BaseModel):
 
 
 class ChannelPatch(BaseModel):
-    members: list[str] | None = Field(default=None, max_length=200)
+    members: list[StorableText] | None = Field(default=None, max_length=200)
     discussion_rounds: int | None = None
 
 
@@ -193,6 +194,7 @@ class Channels:
         latest: int | None = None,
         limit: int = 500,
     ) -> list[ChannelMessage]:
+        check_seq(after_seq, "after_seq")
         await self.get(caller, channel_id)
         async with self.ctx.store.read() as tx:
             return await tx.channel_messages(
@@ -260,6 +262,9 @@ class Channels:
         task (C10); in a closed discussion the moderator only answers that it is closed (C8)."""
         if not content.strip():
             raise InvalidRequest("message content is empty", code="empty_message")
+        check_text(content, "message content")
+        if reply_to is not None:
+            check_text(reply_to, "reply_to")
         if len(content) > MAX_CONTENT:
             raise InvalidRequest(
                 f"message content is {len(content)} characters; the limit is {MAX_CONTENT}",

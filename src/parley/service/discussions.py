@@ -17,6 +17,7 @@ from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
+from parley.core.limits import check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
 from parley.service.channels import Channels
@@ -49,6 +50,9 @@ class Discussions:
         d.check_private_channel_args(callback_channel_id, discuss_guide)
         if not name.strip():
             raise InvalidRequest("channel name is empty", code="invalid_name")
+        check_text(name, "channel name")
+        if discuss_guide is not None:
+            check_text(discuss_guide, "discussGuide")
         if callback_channel_id is None:
             from parley.service.channels import ChannelSpec
 
@@ -198,6 +202,7 @@ class Discussions:
         require_operator(caller, "force-close a discussion")
         if not reason.strip():
             raise InvalidRequest("give a reason for closing", code="reason_required")
+        check_text(reason, "reason")
 
         async def job(tx: Tx) -> Channel:
             channel = await tx.get_channel(channel_id, for_update=True)

@@ -18,6 +18,7 @@ from parley.core.identity import (
     validate_slug,
 )
 from parley.core.ids import new_id, new_ulid
+from parley.core.limits import OptionalStorableText, StorableObject, StorableText
 from parley.core.ports import Tx
 from parley.core.runtime import RUNTIME_KINDS
 from parley.service.context import ServiceContext
@@ -27,15 +28,15 @@ class AgentSpec(BaseModel):
     """What an operator gives to create an agent."""
 
     id: str = Field(min_length=1, max_length=63)
-    display_name: str | None = Field(default=None, max_length=200)
-    workspace: str | None = Field(default=None, max_length=4096)
-    persona: str = Field(default="", max_length=20_000)
-    runtime: dict[str, Any] = Field(default_factory=lambda: {"kind": "none"})
+    display_name: OptionalStorableText = Field(default=None, max_length=200)
+    workspace: OptionalStorableText = Field(default=None, max_length=4096)
+    persona: StorableText = Field(default="", max_length=20_000)
+    runtime: StorableObject = Field(default_factory=lambda: {"kind": "none"})
 
 
 class HumanSpec(BaseModel):
     id: str = Field(min_length=1, max_length=63)
-    display_name: str | None = Field(default=None, max_length=200)
+    display_name: OptionalStorableText = Field(default=None, max_length=200)
     operator: bool = False
 
 

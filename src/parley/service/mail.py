@@ -17,6 +17,7 @@ from parley.core.errors import (
 )
 from parley.core.identity import OPERATOR_ID, Principal
 from parley.core.ids import new_ulid
+from parley.core.limits import check_text
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
 from parley.core.ports import Tx
 from parley.service.context import ServiceContext
@@ -253,6 +254,11 @@ class Mail:
         """The inbox of ``owner`` in delivery order; the owner fetching it marks pending mail
         delivered."""
         self._check_inbox_owner(caller, owner)
+        for what, value in (("kind", flt.kind), ("from", flt.from_id), ("label", flt.label)):
+            if value is not None:
+                check_text(value, what)
+        for status in flt.status or ():
+            check_text(status, "status")
         await self.identity.require(owner)
         flt = flt.model_copy(update={"since": m.check_since(flt.since)})
         async with self.ctx.store.read() as tx:
@@ -384,6 +390,8 @@ class Mail:
     ) -> Message:
         """Move one's own message forward: read → in_progress → closed (closing archives it,
         optionally under a label). Nobody deletes mail (M3)."""
+        if label is not None:
+            check_text(label, "label")
 
         async def job(tx: Tx) -> Message:
             msg: Message | None = await tx.get("messages", message_id, for_update=True)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from parley.core import mailroom
-from parley.core.errors import NotFound
+from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import SYSTEM_ID, Principal
+from parley.core.limits import json_problem, preview
 from parley.core.mail import FromKind, Message
 from parley.core.mailroom import ImportResult
 from parley.core.ports import Tx
@@ -42,6 +43,8 @@ class Mailroom:
         must already exist in the hub."""
         require_operator(caller, "import a mailroom")
         parsed = mailroom.parse_files(files)
+        for msg in parsed.messages:
+            _check_storable(msg)
 
         async def job(tx: Tx) -> ImportResult:
             existing = await self._existing_ids(tx, [msg.id for msg in parsed.messages])
@@ -114,3 +117,15 @@ class Mailroom:
         data = {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")}
         bus = self.ctx.bus
         tx.after_commit(lambda: bus.publish(topic, data))
+
+
+def _check_storable(msg: Message) -> None:
+    """The mailroom format carries any text; the store cannot hold every text (see limits)."""
+    problem = json_problem(msg.model_dump(exclude={"payload"})) or json_problem(msg.payload)
+    if problem is not None:
+        raise InvalidRequest(
+            f"mailroom message {preview(msg.id)} {problem}; parley cannot store that, fix its "
+            "file and import again",
+            code="invalid_mailroom_file",
+            id=msg.id,
+        )

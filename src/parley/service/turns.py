@@ -19,6 +19,7 @@ from parley.core.errors import (
     RuntimeFailure,
 )
 from parley.core.identity import Principal
+from parley.core.limits import check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
 from parley.service.context import ServiceContext
@@ -197,6 +198,7 @@ class Turns:
                 f"the answer is {len(text)} characters; the limit is {MAX_ANSWER}",
                 code="message_too_long",
             )
+        check_text(text, "the answer")
         return await self._answer(caller, turn_id, text)
 
     async def no_reply(self, caller: Principal, turn_id: str) -> PendingTurn:

@@ -36,7 +36,11 @@ class PostgresStore(SqlStore):
     """PostgreSQL store; rows are locked with SELECT … FOR UPDATE where order matters."""
 
     dialect = "postgresql"
-    writer_count = 4
+    # One writer per hub: several writers of one process locked recipients' rows in different
+    # orders and deadlocked under load (PostgreSQL breaks a deadlock only after 1 s); one
+    # writer with group commit was faster as well. Hubs sharing the database still conflict
+    # now and then, and such a job is retried (``SqlStore._run_alone``).
+    writer_count = 1
     _liveness: AsyncConnection | None = None
 
     async def open(self) -> None:

@@ -418,6 +418,16 @@ class SqlTx:
         return rows[0] if rows else None
 
 
+TRANSIENT_RETRIES = 3
+_TRANSIENT_STATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
+
+
+def _transient(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return state in _TRANSIENT_STATES or "deadlock detected" in str(exc)
+
+
 class SqlStore:
     """A parley store on one SQLAlchemy async engine (plus a dedicated writer connection)."""
 
@@ -505,11 +515,21 @@ class SqlStore:
                 continue
             if len(live) == 1 or not await self._run_batch(live):
                 for item in live:
-                    await self._run_batch([item])
+                    await self._run_alone(item)
 
-    async def _run_batch(self, batch: list[tuple[Job[Any], asyncio.Future[Any]]]) -> bool:
+    async def _run_alone(self, item: tuple[Job[Any], asyncio.Future[Any]]) -> None:
+        """Run one job in its own transaction, again if the database broke a deadlock or a
+        serialization conflict by aborting it (PostgreSQL with several hubs)."""
+        for attempt in range(TRANSIENT_RETRIES + 1):
+            if await self._run_batch([item], final=attempt == TRANSIENT_RETRIES):
+                return
+
+    async def _run_batch(
+        self, batch: list[tuple[Job[Any], asyncio.Future[Any]]], *, final: bool = True
+    ) -> bool:
         """Run jobs in one transaction. Returns False (rolled back, nothing resolved) if a job
-        failed inside a multi-job batch, so the caller can retry each alone."""
+        failed inside a multi-job batch, so the caller can retry each alone, or if a lone job
+        hit a transient conflict and this is not its ``final`` attempt."""
         assert self.engine is not None
         results: list[Any] = []
         afters: list[Callable[[], Awaitable[None] | None]] = []
@@ -523,7 +543,7 @@ class SqlStore:
                 await tx.flush()
                 afters = tx._after
         except Exception as exc:
-            if len(batch) > 1:
+            if len(batch) > 1 or (not final and _transient(exc)):
                 return False
             _, fut = batch[0]
             if not fut.done():

@@ -21,7 +21,7 @@ from parley.core.errors import ParleyError
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
 from parley.surfaces.cli.serve import write_operator_token
-from parley.surfaces.rest.app import create_app
+from parley.surfaces.rest.app import create_app, settle_heap
 
 
 def client_url(host: str, port: int) -> str:
@@ -107,6 +107,7 @@ async def run_hub(settings: Settings, log_level: str) -> int:
     except ParleyError as exc:
         print_error(exc.code, exc.message)
         return 1
+    settle_heap()
     try:
         home = settings.data_root()
         first_start = hub.operator_token is not None

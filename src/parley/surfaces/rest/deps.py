@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.core.identity import Principal
+from parley.core.limits import check_text
 from parley.service.hub import Hub
 
 _bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
@@ -30,6 +31,16 @@ async def get_caller(
         # Browsers' EventSource cannot set headers; allow ?token= on stream endpoints only.
         token = request.query_params.get("token") if request.url.path.endswith("/stream") else None
     return await hub.identity.authenticate(token)
+
+
+async def refuse_unstorable_url(request: Request) -> None:
+    """Refuse a NUL character in the path or query before any id or filter in it reaches a
+    store: PostgreSQL cannot even compare text holding one (the app applies this to every
+    route)."""
+    check_text(request.url.path, "the path")
+    for key, value in request.query_params.multi_items():
+        check_text(key, "a query parameter name")
+        check_text(value, f"query parameter {key!r}")
 
 
 HubDep = Annotated[Hub, Depends(get_hub)]

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import Request
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
 
 
@@ -32,6 +33,15 @@ Sortable = Callable[[str], Any]
 
 def last_event_id(request: Request, query_value: str | None) -> str | None:
     return request.headers.get("last-event-id") or query_value
+
+
+def seq_position(event_id: str | None) -> str | None:
+    """The Last-Event-ID of a seq-ordered stream if it names a position a store can hold, else
+    None, which replays the stream from its start."""
+    # The length check first: int() refuses thousands of digits with an error of its own.
+    if event_id is None or not (event_id.isascii() and event_id.isdigit() and len(event_id) <= 10):
+        return None
+    return event_id if int(event_id) <= MAX_SEQ else None
 
 
 def stream(

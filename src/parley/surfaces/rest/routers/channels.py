@@ -9,10 +9,11 @@ from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import Channel, ChannelMessage, Invocation, Task
+from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableText
 from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.sse import SseItem, last_event_id, stream
+from parley.surfaces.rest.sse import SseItem, last_event_id, seq_position, stream
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -22,15 +23,15 @@ TASKS_REPLAYED = 5
 class PrivateChannelRequest(BaseModel):
     """create_private_channel (C3); with callbackChannelId it opens a discussion."""
 
-    name: str = Field(min_length=1, max_length=200)
-    members: list[str] = Field(default_factory=list, max_length=64)
-    callbackChannelId: str | None = Field(default=None, max_length=64)
-    discussGuide: str | None = Field(default=None, max_length=20_000)
+    name: StorableText = Field(min_length=1, max_length=200)
+    members: list[StorableText] = Field(default_factory=list, max_length=64)
+    callbackChannelId: OptionalStorableText = Field(default=None, max_length=64)
+    discussGuide: OptionalStorableText = Field(default=None, max_length=20_000)
 
 
 class PostRequest(BaseModel):
-    content: str = Field(min_length=1, max_length=100_000)
-    reply_to: str | None = Field(default=None, max_length=64)
+    content: StorableText = Field(min_length=1, max_length=100_000)
+    reply_to: OptionalStorableText = Field(default=None, max_length=64)
 
 
 class CallbackRequest(BaseModel):
@@ -38,15 +39,15 @@ class CallbackRequest(BaseModel):
 
 
 class CloseRequest(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: StorableText = Field(min_length=1, max_length=2000)
 
 
 class GroupSessionRequest(BaseModel):
     """C14: a group chat with bounded multi-round discussions."""
 
-    name: str = Field(min_length=1, max_length=200)
+    name: StorableText = Field(min_length=1, max_length=200)
     kind: Literal["group"] = "group"
-    members: list[str] = Field(default_factory=list, max_length=64)
+    members: list[StorableText] = Field(default_factory=list, max_length=64)
     discussion_rounds: int = 3
 
 
@@ -94,7 +95,7 @@ async def channel_messages(
     channel_id: str,
     caller: Caller,
     hub: HubDep,
-    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> list[ChannelMessage]:
@@ -124,9 +125,7 @@ async def channel_stream(
     """Messages (event ``message``, id = channel seq) and task updates (event ``task``) live;
     resumable with Last-Event-ID."""
     await hub.channels.get(caller, channel_id)
-    after = last_event_id(request, last_id)
-    if after is not None and not after.isdigit():
-        after = None
+    after = seq_position(last_event_id(request, last_id))
     last_task_seq = {"value": 0}
 
     async def backfill(last: str | None) -> list[SseItem]:
@@ -257,7 +256,7 @@ async def group_messages(
     channel_id: str,
     caller: Caller,
     hub: HubDep,
-    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> list[ChannelMessage]:
     return await hub.channels.messages(caller, channel_id, after_seq=after_seq, limit=limit)

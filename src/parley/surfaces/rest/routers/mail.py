@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from parley.core.limits import MAX_SEQ, OptionalStorableText
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
@@ -15,12 +16,14 @@ router = APIRouter(tags=["mail"], responses=ERROR_RESPONSES)
 
 
 class StatusUpdate(BaseModel):
-    status: str = Field(description="read, in_progress or closed")
-    label: str | None = Field(default=None, max_length=200, description="archive label on close")
+    status: str = Field(max_length=32, description="read, in_progress or closed")
+    label: OptionalStorableText = Field(
+        default=None, max_length=200, description="archive label on close"
+    )
 
 
 class ArchiveRequest(BaseModel):
-    label: str | None = Field(default=None, max_length=200)
+    label: OptionalStorableText = Field(default=None, max_length=200)
 
 
 @router.post(
@@ -46,7 +49,7 @@ async def inbox(
     unread: bool = False,
     include_archived: bool = False,
     since: str | None = None,
-    after_seq: int | None = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Message]:
     """An inbox in delivery order (only its owner or the operator may read it)."""

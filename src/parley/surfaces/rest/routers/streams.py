@@ -12,7 +12,7 @@ from parley.service.identity import require_operator
 from parley.service.mail import inbox_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.sse import SseItem, last_event_id, stream
+from parley.surfaces.rest.sse import SseItem, last_event_id, seq_position, stream
 
 router = APIRouter(tags=["streams"], responses=ERROR_RESPONSES)
 
@@ -29,9 +29,7 @@ async def inbox_stream(
     Last-Event-ID."""
     hub.mail._check_inbox_owner(caller, owner)
     await hub.identity.require(owner)
-    after = last_event_id(request, last_id)
-    if after is not None and not after.isdigit():
-        after = None
+    after = seq_position(last_event_id(request, last_id))
 
     async def backfill(last: str | None) -> list[SseItem]:
         items: list[SseItem] = []

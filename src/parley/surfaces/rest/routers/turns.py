@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from parley.core.channels import PendingTurn
+from parley.core.limits import StorableText
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
 
@@ -15,7 +16,7 @@ router = APIRouter(tags=["turns"], responses=ERROR_RESPONSES)
 
 
 class SpeakRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=100_000)
+    text: StorableText = Field(min_length=1, max_length=100_000)
 
 
 @router.get(

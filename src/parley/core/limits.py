@@ -1,0 +1,106 @@
+"""What parley can store, checked before a request reaches a store, so that both stores refuse
+the same input with the same error instead of PostgreSQL failing where SQLite accepts.
+
+Text must be valid Unicode without NUL characters (PostgreSQL text cannot hold ``\\x00``, and a
+lone surrogate cannot be encoded as UTF-8); JSON must have finite numbers (``NaN`` is not JSON)
+and bounded nesting; positions must fit the stores' 32-bit sequence columns.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+from parley.core.errors import InvalidRequest
+
+MAX_SEQ = 2**31 - 1
+MAX_JSON_DEPTH = 32
+_PREVIEW = 60
+
+
+def text_problem(value: str) -> str | None:
+    """Why parley cannot store ``value``, or None if it can."""
+    if "\x00" in value:
+        return "contains a NUL character (\\x00)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why parley cannot store the JSON value ``value``, or None if it can."""
+    if isinstance(value, str):
+        return text_problem(value)
+    if isinstance(value, float):
+        return (
+            None if math.isfinite(value) else f"has the number {value!r} (JSON numbers are finite)"
+        )
+    if isinstance(value, dict | list):
+        if depth >= MAX_JSON_DEPTH:
+            return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in pairs:
+            problem = (text_problem(key) if isinstance(key, str) else None) or json_problem(
+                item, depth + 1
+            )
+            if problem is not None:
+                return problem
+    return None
+
+
+def preview(value: str) -> str:
+    """A short quotable form of ``value`` for messages."""
+    return repr(value if len(value) <= _PREVIEW else value[:_PREVIEW] + "…")
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse text parley cannot store, naming the field it came in."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidRequest(
+            f"{what} {preview(value)} {problem}; parley accepts no such text, remove it and retry",
+            code="invalid_text",
+            field=what,
+        )
+    return value
+
+
+def check_seq(value: int | None, what: str) -> int | None:
+    """Refuse a stream position no store can hold (they are 32-bit)."""
+    if value is not None and not 0 <= value <= MAX_SEQ:
+        raise InvalidRequest(
+            f"{what} {value!r} is not a position; use a number from 0 to {MAX_SEQ}",
+            code="invalid_seq",
+            field=what,
+        )
+    return value
+
+
+# Before-validators, so that a field's own constraints (max_length…) keep their usual messages;
+# a value of the wrong type is left to the field's type to refuse.
+def _storable_text(value: Any) -> Any:
+    problem = text_problem(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise ValueError(f"the text {problem}; parley cannot store that, remove it")
+    return value
+
+
+def _storable_object(value: Any) -> Any:
+    problem = json_problem(value) if isinstance(value, dict) else None
+    if problem is not None:
+        raise ValueError(f"the JSON {problem}; parley cannot store that, remove it")
+    return value
+
+
+StorableText = Annotated[str, BeforeValidator(_storable_text)]
+"""A ``str`` field of a request model that refuses text no store can hold."""
+
+OptionalStorableText = Annotated[str | None, BeforeValidator(_storable_text)]
+"""An optional ``StorableText`` (so that ``max_length`` on the field keeps its usual message)."""
+
+StorableObject = Annotated[dict[str, Any], BeforeValidator(_storable_object)]
+"""A free-form JSON object field of a request model (a mail payload, a runtime config)."""
