@@ -319,3 +319,18 @@ async def test_wait_for_mail_times_out_empty(connect: Connect, make_agent: MakeA
     async with connect(alice.token) as a:
         got = data(await a.call_tool("wait_for_mail", {"timeout_s": 0.05}))
     assert got == {"messages": [], "count": 0, "timed_out": True}
+
+
+async def test_unstorable_text_is_refused_at_the_mcp_edge(
+    connect: Connect, make_agent: MakeAgent
+) -> None:
+    """A NUL in an id would otherwise reach PostgreSQL and fail there as a storage error."""
+    alice = await make_agent("alice")
+    async with connect(alice.token) as a:
+        refused = refusal(await a.call_tool("read_message", {"id": "01\x00X"}))
+        assert refused["code"] == "invalid_text"
+        assert "id" in refused["message"]
+        refused = refusal(
+            await a.call_tool("send_message", {"to": "bob", "kind": "task", "body": "a\x00b"})
+        )
+        assert refused["code"] == "invalid_text"

@@ -96,3 +96,10 @@ def test_package_exports() -> None:
     from parley.service import Hub
 
     assert Hub.__name__ == "Hub"
+
+
+def test_runtime_secrets_are_redacted_but_not_their_neighbours() -> None:
+    from parley.surfaces.rest.routers.agents import is_secret
+
+    assert all(is_secret(k) for k in ("api_key", "token", "client_secret", "password", "key"))
+    assert not any(is_secret(k) for k in ("max_tokens", "api_key_env", "model", "base_url"))

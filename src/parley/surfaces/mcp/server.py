@@ -18,7 +18,8 @@ from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from parley import __version__
-from parley.core.errors import ConfigError, ParleyError
+from parley.core.errors import ConfigError, InvalidRequest, ParleyError
+from parley.core.limits import json_problem
 from parley.service.hub import Hub
 from parley.surfaces.mcp import channel_tools, mail_tools
 from parley.surfaces.mcp.auth import Authenticator
@@ -62,6 +63,18 @@ class ParleyMCP(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        # The same guard as the REST edge: text no store can hold (NUL, lone surrogates, NaN) is
+        # refused with invalid_text before it reaches a lookup, instead of failing in the driver.
+        for key, value in (arguments or {}).items():
+            problem = json_problem(value)
+            if problem is not None:
+                return error_result(
+                    InvalidRequest(
+                        f"argument {key!r} of {name!r} {problem}; remove it and retry",
+                        code="invalid_text",
+                        field=key,
+                    )
+                )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

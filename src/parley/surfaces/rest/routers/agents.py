@@ -14,7 +14,14 @@ from parley.surfaces.rest.errors import ERROR_RESPONSES
 
 router = APIRouter(tags=["agents"], responses=ERROR_RESPONSES)
 
-_SECRET_HINTS = ("key", "token", "secret", "password")
+_SECRET_WORDS = ("key", "token", "secret", "password")
+
+
+def is_secret(name: str) -> bool:
+    """A runtime setting that holds a credential: ``api_key``, ``token``, ``client_secret``…
+    but not ``max_tokens`` or ``api_key_env`` (the name of a variable, not its value)."""
+    words = name.lower().replace("-", "_").split("_")
+    return words[-1] in _SECRET_WORDS
 
 
 class PrincipalView(BaseModel):
@@ -33,10 +40,7 @@ class PrincipalView(BaseModel):
 
     @classmethod
     def of(cls, p: Principal) -> PrincipalView:
-        runtime = {
-            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) and v else v)
-            for k, v in p.runtime.items()
-        }
+        runtime = {k: ("***" if is_secret(k) and v else v) for k, v in p.runtime.items()}
         return cls(
             id=p.id,
             kind=p.kind,
