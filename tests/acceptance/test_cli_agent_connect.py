@@ -7,31 +7,15 @@ from __future__ import annotations
 import json
 import shlex
 import tomllib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from parley.surfaces.mcp import PROFILES
-from tests.acceptance.cli_support import Cli, ServedHub, child_env, parley_executable, served_hub
+from tests.acceptance.cli_support import Cli, ServedHub, child_env, parley_executable
 from tests.integration.mcp_support import data
-
-
-@pytest.fixture
-def hub(tmp_path: Path, backend: str, database_url: str) -> Iterator[ServedHub]:
-    with served_hub(
-        tmp_path / "home", database_url=database_url if backend == "postgres" else None
-    ) as served:
-        yield served
-
-
-@pytest.fixture
-def cli(hub: ServedHub) -> Cli:
-    return Cli(hub.home)
 
 
 async def whoami_over_http(url: str, headers: dict[str, str]) -> dict[str, Any]:

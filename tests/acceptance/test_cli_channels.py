@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.acceptance.cli_support import (
     Cli,
@@ -17,21 +14,7 @@ from tests.acceptance.cli_support import (
     ServedHub,
     child_env,
     parley_executable,
-    served_hub,
 )
-
-
-@pytest.fixture
-def hub(tmp_path: Path, backend: str, database_url: str) -> Iterator[ServedHub]:
-    with served_hub(
-        tmp_path / "home", database_url=database_url if backend == "postgres" else None
-    ) as served:
-        yield served
-
-
-@pytest.fixture
-def cli(hub: ServedHub) -> Cli:
-    return Cli(hub.home)
 
 
 def scripted(cli: Cli, agent_id: str, replies: list[Any], **extra: Any) -> str:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.acceptance.cli_support import (
     Cli,
@@ -18,19 +15,6 @@ from tests.acceptance.cli_support import (
     parley_executable,
     served_hub,
 )
-
-
-@pytest.fixture
-def hub(tmp_path: Path, backend: str, database_url: str) -> Iterator[ServedHub]:
-    with served_hub(
-        tmp_path / "home", database_url=database_url if backend == "postgres" else None
-    ) as served:
-        yield served
-
-
-@pytest.fixture
-def cli(hub: ServedHub) -> Cli:
-    return Cli(hub.home)
 
 
 def add_agent(cli: Cli, agent_id: str, *args: str) -> str:

@@ -15,6 +15,7 @@ from parley.core.channels import Channel
 from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
 from parley.core.identity import Principal
+from parley.core.mail import InboxFilter
 from parley.core.runtime import NO_REPLY, Turn
 from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
@@ -425,6 +426,13 @@ async def test_a_stale_discussion_reminds_once_per_idle_period(
     assert all(m.sender_kind == "moderator" for m in reminders)
     minutes = int((stale_s + 1) // 60)
     assert reminders[0].content == d.stale_reminder(minutes)
+    # The initiator also finds each reminder in its inbox (an MCP agent waits on its mail).
+    async with hub.store.read() as tx:
+        inbox = await tx.list_inbox(team.lead.id, InboxFilter(limit=1000))
+    stale_notes = [m for m in inbox if m.payload.get("idle_minutes") is not None]
+    assert stale_notes[0].body == d.stale_reminder(minutes)
+    assert len(stale_notes) == 2
+    assert all(m.payload["channel_id"] == channel.id for m in stale_notes)
     # A closed discussion is never reminded.
     (team.workspace / "s.md").write_text("x")
     await hub.discussions.callback(team.lead.principal, channel.id, "s.md")

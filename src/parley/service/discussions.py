@@ -10,6 +10,7 @@ the initiator.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from parley.core import discussion as d
 from parley.core.channels import Channel
@@ -23,6 +24,7 @@ from parley.core.runtime import NO_REPLY
 from parley.service.channels import Channels
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity, require_operator
+from parley.service.mail import Mail
 from parley.service.tasks import TaskRunner
 
 
@@ -30,12 +32,35 @@ class Discussions:
     """Opens, finishes and closes discussion channels."""
 
     def __init__(
-        self, ctx: ServiceContext, identity: Identity, channels: Channels, runner: TaskRunner
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        runner: TaskRunner,
+        mail: Mail,
     ) -> None:
         self.ctx = ctx
         self.identity = identity
         self.channels = channels
         self.runner = runner
+        self.mail = mail
+
+    async def tell_initiator(
+        self, tx: Tx, channel: Channel, subject: str, body: str, **payload: Any
+    ) -> None:
+        """Put a moderator reminder in the initiator's inbox too: an agent connected over MCP
+        waits on wait_for_mail rather than reading the channel, and must learn to finish."""
+        initiator = channel.metadata.get("initiatorAgentId")
+        if not initiator:
+            return
+        await self.mail.deliver_system(
+            tx,
+            initiator,
+            "notice",
+            subject,
+            body,
+            {"channel_id": channel.id, "next": "discuss_callback", **payload},
+        )
 
     async def create_private_channel(
         self,
@@ -253,7 +278,16 @@ class Discussions:
                 if any(lv.task.channel_id == channel.id for lv in self.runner.live.values()):
                     continue
                 minutes = int((now - last).total_seconds() // 60)
-                await self.channels.post_as_moderator(tx, channel.id, d.stale_reminder(minutes))
+                reminder = d.stale_reminder(minutes)
+                await self.channels.post_as_moderator(tx, channel.id, reminder)
+                await self.tell_initiator(
+                    tx,
+                    channel,
+                    f"Discussion {channel.name!r} has been idle for {minutes} minutes; write the "
+                    "summary and call discuss_callback",
+                    reminder,
+                    idle_minutes=minutes,
+                )
                 self.ctx.events.record(
                     tx, "discussion.stale_reminder", actor="system", subject=f"channel:{channel.id}"
                 )

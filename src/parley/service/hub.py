@@ -74,7 +74,9 @@ class Hub:
         self.channels.runner = self.tasks
         self.tasks.notify_idle_agent = self._notify_idle_agent
         self.tasks.on_finished.append(self._remind_initiator)
-        self.discussions = Discussions(self.ctx, self.identity, self.channels, self.tasks)
+        self.discussions = Discussions(
+            self.ctx, self.identity, self.channels, self.tasks, self.mail
+        )
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False
@@ -116,26 +118,20 @@ class Hub:
 
         async def job(tx: Tx) -> None:
             channel = await tx.get_channel(task.channel_id)
-            initiator = channel.metadata.get("initiatorAgentId") if channel else None
-            if channel is None or channel.status != "active" or not initiator:
+            if channel is None or channel.status != "active":
                 return
             reminder = (
                 d.IDLE_REMINDER
                 if task.end_reason == "idle"
                 else d.rounds_ended(task.end_reason or "", task.rounds)
             )
-            await self.mail.deliver_system(
+            await self.discussions.tell_initiator(
                 tx,
-                initiator,
-                "notice",
+                channel,
                 f"Discussion {channel.name!r}: rounds ended ({task.end_reason}); write the "
                 "summary and call discuss_callback",
                 reminder,
-                {
-                    "channel_id": channel.id,
-                    "end_reason": task.end_reason,
-                    "next": "discuss_callback",
-                },
+                end_reason=task.end_reason,
             )
 
         await self.ctx.store.write(job)
