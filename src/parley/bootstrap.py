@@ -11,6 +11,7 @@ from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings
 from parley.core.errors import ConfigError
 from parley.core.ports import Clock, RuntimeSource, Store
+from parley.private_files import secure_data_root
 from parley.service.hub import Hub
 
 
@@ -35,7 +36,9 @@ def default_runtimes() -> RuntimeSource:
 def build_hub(
     settings: Settings, *, clock: Clock | None = None, runtimes: RuntimeSource | None = None
 ) -> Hub:
-    settings.data_root().mkdir(parents=True, exist_ok=True)
+    # The data root holds mail, runtime keys and the operator token: private to this user, and
+    # an existing one left open by an older parley is closed here, before anything is written.
+    secure_data_root(settings.data_root())
     return Hub(
         settings,
         store=build_store(settings),

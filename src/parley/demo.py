@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -29,6 +30,7 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings, resolve_home, write_hub_info
 from parley.core.runtime import DONE_MARKER, Turn
+from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.rest.app import create_app
 from parley.testing import StaticRuntimes
 
@@ -152,14 +154,18 @@ class Demo:
         )
         self.step("1. Agents (each gets a token and a work channel)")
         table = Table("agent", "role", "work channel", "runtime")
+        (self.home / "workspaces").mkdir(mode=0o700, exist_ok=True)
         for agent_id, persona in AGENTS.items():
+            # The hub creates each agent's workspace (0700) inside this directory.
             workspace = self.home / "workspaces" / agent_id
-            workspace.mkdir(parents=True, exist_ok=True)
             spec: dict[str, Any] = {
                 "id": agent_id,
                 "persona": persona,
                 "workspace": str(workspace),
                 "runtime": runtime or {"kind": "scripted"},
+                # Agents consent to nobody by default: the demo's team lets each other add
+                # them to the discussion planner opens.
+                "accepts_channels_from": [a for a in AGENTS if a != agent_id],
             }
             created = await self.call(self.op, "POST", "/v1/agents", json=spec)
             self.tokens[agent_id] = created["token"]
@@ -458,5 +464,6 @@ def run_demo(home: Path | None, url: str | None = None, exit_after: bool = False
     """Run the demo in ``<data root>/demo`` (wiped first); ``url`` is unused — the demo always
     starts its own hub so it never touches a hub you run."""
     demo_home = resolve_home(home) / "demo"
+    os.umask(PRIVATE_UMASK)  # as ``parley serve``: what the demo's hub writes is private
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(demo_home, exit_after, 8765))

@@ -37,10 +37,12 @@ async def create_agents(
     *ids: str,
     runtime: dict[str, Any] | None = None,
     workspaces: Path | None = None,
+    accepts_channels_from: list[str] | None = None,
 ) -> dict[str, str]:
     """Create agents with a hub that is stopped again before returning (a SQLite data root
     admits one hub at a time); returns each agent's token. With ``workspaces`` each agent
-    gets the directory ``workspaces/<id>``."""
+    gets the directory ``workspaces/<id>``; ``accepts_channels_from`` is whom each lets add it
+    to channels (nobody by default)."""
     hub = build_hub(settings)
     await hub.start(background=False)
     try:
@@ -48,7 +50,11 @@ async def create_agents(
         operator = await hub.identity.authenticate(hub.operator_token)
         tokens = {}
         for agent_id in ids:
-            spec = AgentSpec(id=agent_id, runtime=runtime or {"kind": "none"})
+            spec = AgentSpec(
+                id=agent_id,
+                runtime=runtime or {"kind": "none"},
+                accepts_channels_from=accepts_channels_from or [],
+            )
             if workspaces is not None:
                 (workspaces / agent_id).mkdir(parents=True, exist_ok=True)
                 spec.workspace = str(workspaces / agent_id)

@@ -114,7 +114,7 @@ def test_a_given_token_is_checked_and_used_as_it_is(cli: Cli) -> None:
     assert (printed["token"], printed["token_issued"]) == (alice, False)
     refused = cli.fails("agent", "connect", "alice", "--token", bob, code="token_mismatch")
     assert "'bob'" in refused.stderr and "'alice'" in refused.stderr
-    cli.fails("agent", "connect", "alice", "--token", "pt_wrong", code="unauthenticated")
+    cli.fails("agent", "connect", "alice", "--token", "pt_wrong", code="invalid_token")
     cli.fails("agent", "connect", "ghost", code="principal_not_found")
 
 
@@ -139,5 +139,5 @@ def test_the_readable_output_is_the_snippet_with_comments(cli: Cli, hub: ServedH
 async def test_parley_mcp_exits_with_the_stdio_servers_status(cli: Cli, hub: ServedHub) -> None:
     result = cli.run("mcp", env={"PARLEY_URL": hub.url, "PARLEY_TOKEN": "pt_wrong"}, home=False)
     assert result.returncode == 2
-    assert "unauthenticated" in result.stderr
+    assert "invalid_token" in result.stderr
     assert result.stdout == ""

@@ -17,9 +17,15 @@ from tests.acceptance.cli_support import (
 )
 
 
-def scripted(cli: Cli, agent_id: str, replies: list[Any], **extra: Any) -> str:
+def scripted(
+    cli: Cli, agent_id: str, replies: list[Any], accepts: tuple[str, ...] = (), **extra: Any
+) -> str:
+    """A scripted agent that lets ``accepts`` add it to channels (the operator always may)."""
     runtime = json.dumps({"replies": replies, **extra})
-    created = cli.json("agent", "add", agent_id, "--runtime", "scripted", "--runtime-json", runtime)
+    consent = [arg for who in accepts for arg in ("--accept-channels-from", who)]
+    created = cli.json(
+        "agent", "add", agent_id, "--runtime", "scripted", "--runtime-json", runtime, *consent
+    )
     return str(created["token"])
 
 
@@ -139,8 +145,8 @@ def test_task_cancel(cli: Cli) -> None:
 def test_discussion_start_status_callback(cli: Cli, tmp_path: Path) -> None:
     workspace = tmp_path / "carol-ws"
     workspace.mkdir()
-    scripted(cli, "alice", ["position A"], cycle=True)
-    scripted(cli, "bob", ["position B"], cycle=True)
+    scripted(cli, "alice", ["position A"], accepts=("carol",), cycle=True)
+    scripted(cli, "bob", ["position B"], accepts=("carol",), cycle=True)
     carol = cli.json("agent", "add", "carol", "--workspace", str(workspace))
     token = carol["token"]
     origin = carol["principal"]["work_channel_id"]
@@ -180,7 +186,7 @@ def test_discussion_start_status_callback(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_operator_force_closes_a_discussion(cli: Cli) -> None:
-    scripted(cli, "alice", ["hmm"], cycle=True)
+    scripted(cli, "alice", ["hmm"], accepts=("carol",), cycle=True)
     carol = cli.json("agent", "add", "carol")
     started = cli.json(
         "discuss", "start", "--member", "alice", "--guide", "Stale topic", "--name", "stale",

@@ -75,7 +75,7 @@ def test_token_issue_and_rotate(cli: Cli) -> None:
     rotated = cli.json("token", "issue", "alice", "--rotate")
     assert rotated["principal_id"] == "alice"
     assert cli.json("whoami", token=rotated["token"])["id"] == "alice"
-    refused = cli.fails("whoami", token=first, code="unauthenticated")
+    refused = cli.fails("whoami", token=first, code="invalid_token")
     assert "not valid" in refused.stderr
 
 

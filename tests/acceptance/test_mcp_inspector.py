@@ -112,4 +112,4 @@ async def test_the_inspector_lists_and_calls_the_tools(inspector: Path, settings
             inspector, f"{url}?profile=mail", "pt_wrong", "--method", "tools/list"
         )
         assert status != 0
-        assert "unauthenticated" in out
+        assert "invalid_token" in out

@@ -84,7 +84,11 @@ async def test_three_remote_agents_hold_a_discussion_over_mcp(
 ) -> None:
     workspaces = tmp_path / "workspaces"
     tokens = await create_agents(
-        settings, *AGENTS, runtime={"kind": "remote"}, workspaces=workspaces
+        settings,
+        *AGENTS,
+        runtime={"kind": "remote"},
+        workspaces=workspaces,
+        accepts_channels_from=["ini"],
     )
     async with hub_process(settings) as url, agent_processes(settings, url, tokens) as procs:
         results = await asyncio.gather(*(run_to_exit(procs[a]) for a in AGENTS))

@@ -86,7 +86,7 @@ async def test_stdio_refuses_to_start_without_a_usable_hub_or_token(settings: Se
             child_env(settings, PARLEY_URL=url, PARLEY_TOKEN="pt_wrong")
         )
         assert status == 2
-        assert "unauthenticated" in err
+        assert "invalid_token" in err
     # The hub is gone now: its URL no longer answers.
     status, err = await run_stdio_to_exit(
         child_env(settings, PARLEY_URL=url, PARLEY_TOKEN=tokens["alice"])
@@ -127,7 +127,11 @@ async def test_stdio_relays_the_discussion_tools(settings: Settings, tmp_path: P
     two others on Streamable HTTP; the hub's refusals come through the relay with its codes."""
     ids = ("ini", "bob", "cat")
     tokens = await create_agents(
-        settings, *ids, runtime={"kind": "remote"}, workspaces=tmp_path / "ws"
+        settings,
+        *ids,
+        runtime={"kind": "remote"},
+        workspaces=tmp_path / "ws",
+        accepts_channels_from=["ini"],
     )
     async with hub_process(settings) as url:
         env = child_env(settings, PARLEY_URL=url, PARLEY_TOKEN=tokens["ini"])

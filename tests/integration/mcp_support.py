@@ -18,6 +18,19 @@ from mcp_types import CallToolResult
 from parley.service.hub import Hub
 from parley.service.mail import inbox_topic
 
+# The first request of a raw MCP client over HTTP, for tests that speak the protocol by hand.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
 
 def data(result: CallToolResult) -> dict[str, Any]:
     """The JSON a successful tool call returned, checked against its structured content."""

@@ -292,7 +292,7 @@ async def test_a_summary_path_the_file_system_cannot_name_is_refused(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     lead = await make_agent("lead", workspace=str(workspace), runtime={"kind": "remote"})
-    await make_agent("peer", runtime={"kind": "remote"})
+    await make_agent("peer", runtime={"kind": "remote"}, accepts_channels_from=["lead"])
     client = api(lead.token)
     opened = await client.post(
         "/v1/channels/private",

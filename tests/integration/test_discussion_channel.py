@@ -72,7 +72,12 @@ async def team(make_agent: MakeAgent, runtimes: StaticRuntimes, tmp_path: Path) 
     workspace = tmp_path / "ws"
     workspace.mkdir()
     lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(workspace))
-    rev = await make_agent("rev", runtime={"kind": "scripted"}, workspace=str(tmp_path))
+    rev = await make_agent(
+        "rev",
+        runtime={"kind": "scripted"},
+        workspace=str(tmp_path / "rev"),
+        accepts_channels_from=["lead", "bare"],
+    )
     t = Team(lead, rev, workspace)
     runtimes.set("lead", ScriptedRuntime(t.lead_reply))
     runtimes.set("rev", ScriptedRuntime(t.rev_reply))

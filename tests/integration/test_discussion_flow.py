@@ -46,7 +46,7 @@ async def test_discussion_channel_callback_wakes_origin(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(workspace))
-    await make_agent("rev", runtime={"kind": "scripted"})
+    await make_agent("rev", runtime={"kind": "scripted"}, accepts_channels_from=["lead"])
     woken: list[str] = []
 
     def lead_reply(turn: Turn) -> str:

@@ -139,7 +139,7 @@ async def test_the_stream_is_only_for_the_owner_and_the_operator(
         )
         assert (r.status_code, r.json()["code"]) == (403, "inbox_forbidden")
         r = await client.get("/v1/agents/bob/inbox/stream")
-        assert (r.status_code, r.json()["code"]) == (401, "unauthenticated")
+        assert (r.status_code, r.json()["code"]) == (401, "missing_token")
         assert hub.operator_token is not None
         op = {"Authorization": f"Bearer {hub.operator_token}"}
         async with client.stream("GET", "/v1/agents/bob/inbox/stream", headers=op) as response:

@@ -35,6 +35,10 @@ NEW_TOOLS = [
     "post",
     "create_private_channel",
     "discuss_callback",
+    "invite_to_channel",
+    "list_invitations",
+    "accept_invitation",
+    "decline_invitation",
     "wait_for_turn",
     "speak",
     "no_reply",
@@ -67,9 +71,17 @@ async def connect(request: pytest.FixtureRequest, hub: Hub, in_memory: Connect) 
         yield over_http
 
 
-async def remote_agent(make_agent: MakeAgent, agent_id: str, workspace: Path) -> AgentHandle:
+async def remote_agent(
+    make_agent: MakeAgent, agent_id: str, workspace: Path, accepts: tuple[str, ...] = ("ini",)
+) -> AgentHandle:
+    """A remote agent that lets the initiator ``ini`` add it to channels."""
     workspace.mkdir(parents=True, exist_ok=True)
-    return await make_agent(agent_id, runtime={"kind": "remote"}, workspace=str(workspace))
+    return await make_agent(
+        agent_id,
+        runtime={"kind": "remote"},
+        workspace=str(workspace),
+        accepts_channels_from=list(accepts),
+    )
 
 
 async def op(hub: Hub) -> Principal:
@@ -216,7 +228,7 @@ async def test_channels_list_read_and_post(
     connect: Connect, make_agent: MakeAgent, hub: Hub
 ) -> None:
     alice = await make_agent("alice")
-    bob = await make_agent("bob")
+    bob = await make_agent("bob", accepts_channels_from=["alice"])
     carol = await make_agent("carol")
     async with connect(alice.token) as a, connect(bob.token) as b, connect(carol.token) as c:
         made = data(
@@ -392,4 +404,4 @@ async def test_a_wrong_token_is_refused_by_every_new_tool(
 ) -> None:
     # Over HTTP a wrong token is refused with 401 before any session (test_mcp_http).
     async with in_memory("pt_wrong") as client:
-        assert refusal(await client.call_tool(tool, args))["code"] == "unauthenticated"
+        assert refusal(await client.call_tool(tool, args))["code"] == "invalid_token"

@@ -13,19 +13,15 @@ from parley.service.hub import Hub
 from parley.surfaces.mcp import PROFILES
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent
-from tests.integration.mcp_support import data, http_client, refusal, serving, waiting_on_inbox
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+from tests.integration.mcp_support import (
+    INITIALIZE,
+    MCP_HEADERS,
+    data,
+    http_client,
+    refusal,
+    serving,
+    waiting_on_inbox,
+)
 
 
 @pytest.fixture
@@ -86,8 +82,10 @@ async def test_a_request_without_a_valid_token_is_refused_before_any_session(
     async with httpx2.AsyncClient() as http:
         r = await http.post(mcp_url, json=INITIALIZE, headers=headers)
     assert r.status_code == 401
-    assert r.headers["www-authenticate"] == "Bearer"
-    assert r.json()["code"] == "unauthenticated"
+    assert r.headers["www-authenticate"].startswith('Bearer realm="parley"')
+    assert r.json()["code"] == (
+        "invalid_token" if authorization == "Bearer pt_wrong" else "missing_token"
+    )
     assert "mcp-session-id" not in r.headers
 
 

@@ -247,12 +247,13 @@ def test_command_surface_is_pinned() -> None:
         for name, cmd in sorted(root.commands.items())
     }
     assert tree == {
-        "agent": ["add", "connect", "list", "show"],
-        "channel": ["create", "list", "messages", "post", "show", "tasks", "watch"],
+        "agent": ["add", "connect", "consent", "list", "show"],
+        "channel": ["create", "invite", "list", "messages", "post", "show", "tasks", "watch"],
         "demo": [],
         "discuss": ["callback", "close", "start", "status", "watch"],
         "events": [],
         "group": ["create", "list", "post", "watch"],
+        "invitation": ["accept", "decline", "list"],
         "mail": [
             "ack",
             "archive",

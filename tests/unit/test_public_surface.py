@@ -18,6 +18,8 @@ GET /readyz
 GET /v1/agents
 POST /v1/agents
 GET /v1/agents/{agent_id}
+GET /v1/agents/{agent_id}/consent
+PUT /v1/agents/{agent_id}/consent
 GET /v1/agents/{owner}/inbox
 GET /v1/agents/{owner}/inbox/stream
 GET /v1/agents/{owner}/inbox/wait
@@ -29,6 +31,7 @@ GET /v1/channels/{channel_id}
 PATCH /v1/channels/{channel_id}
 POST /v1/channels/{channel_id}/callback
 POST /v1/channels/{channel_id}/close
+POST /v1/channels/{channel_id}/invitations
 GET /v1/channels/{channel_id}/messages
 POST /v1/channels/{channel_id}/messages
 GET /v1/channels/{channel_id}/stream
@@ -43,6 +46,9 @@ GET /v1/im/sessions/{channel_id}
 POST /v1/im/sessions/{channel_id}/messages
 GET /v1/im/sessions/{channel_id}/messages
 GET /v1/im/sessions/{channel_id}/tasks
+GET /v1/invitations
+POST /v1/invitations/{invitation_id}/accept
+POST /v1/invitations/{invitation_id}/decline
 POST /v1/mail
 GET /v1/mail/{message_id}
 POST /v1/mail/{message_id}/archive
@@ -62,6 +68,7 @@ GET /v1/whoami
 """
 
 DISCUSS = ("list_channels", "read_channel", "post", "create_private_channel", "discuss_callback")
+INVITATIONS = ("invite_to_channel", "list_invitations", "accept_invitation", "decline_invitation")
 TURNS = ("wait_for_turn", "speak", "no_reply")
 MAIL = (
     "whoami",
@@ -84,9 +91,9 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
 
 def test_mcp_tool_profiles_are_pinned() -> None:
     expected = {
-        "default": (*MAIL, *DISCUSS, *TURNS),
+        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS),
         "mail": MAIL,
-        "discuss": ("whoami", *DISCUSS, *TURNS, "wait_for_mail"),
+        "discuss": ("whoami", *DISCUSS, *INVITATIONS, *TURNS, "wait_for_mail"),
     }
     assert dict(PROFILES) == expected
 
@@ -99,7 +106,7 @@ def test_package_exports() -> None:
 
 
 def test_runtime_secrets_are_redacted_but_not_their_neighbours() -> None:
-    from parley.surfaces.rest.routers.agents import is_secret
+    from parley.core.redact import is_secret_name
 
-    assert all(is_secret(k) for k in ("api_key", "token", "client_secret", "password", "key"))
-    assert not any(is_secret(k) for k in ("max_tokens", "api_key_env", "model", "base_url"))
+    assert all(is_secret_name(k) for k in ("api_key", "token", "client_secret", "password", "key"))
+    assert not any(is_secret_name(k) for k in ("max_tokens", "api_key_env", "model", "base_url"))

@@ -8,6 +8,7 @@
     │   ├── PermissionDenied     403 — authenticated, but not allowed to do this
     │   ├── NotFound             404 — the thing does not exist (or is not visible to the caller)
     │   ├── Conflict             409 — the state does not allow it (already completed, stale turn…)
+    │   ├── TooLarge             413 — bigger than a configured size limit
     │   └── RateLimited          429 — too often; retry after `retry_after` seconds
     ├── OperatorError            the person running the hub must act
     │   ├── ConfigError          bad configuration
@@ -84,6 +85,19 @@ class Conflict(CallerError):
     """The current state does not allow this."""
 
     code = "conflict"
+
+
+class TooLarge(CallerError):
+    """The request is bigger than the hub accepts; make it smaller."""
+
+    code = "too_large"
+
+    def __init__(
+        self, message: str | None = None, *, limit: int, size: int, **details: Any
+    ) -> None:
+        super().__init__(message, limit=limit, size=size, **details)
+        self.limit = limit
+        self.size = size
 
 
 class RateLimited(CallerError):

@@ -36,6 +36,8 @@ class Principal(BaseModel):
     work_channel_id: str | None = None
     active: bool = True
     created: datetime
+    # Who may add this agent to channels without an invitation (core/consent.py); "*" is anyone.
+    accepts_channels_from: list[str] = Field(default_factory=list)
 
     @property
     def is_operator(self) -> bool:

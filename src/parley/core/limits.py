@@ -3,17 +3,19 @@ the same input with the same error instead of PostgreSQL failing where SQLite ac
 
 Text must be valid Unicode without NUL characters (PostgreSQL text cannot hold ``\\x00``, and a
 lone surrogate cannot be encoded as UTF-8); JSON must have finite numbers (``NaN`` is not JSON)
-and bounded nesting; positions must fit the stores' 32-bit sequence columns.
+and bounded nesting; positions must fit the stores' 32-bit sequence columns. Sizes are measured
+in UTF-8 bytes of compact JSON, the same way wherever a limit applies (``json_bytes``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from parley.core.errors import InvalidRequest
+from parley.core.errors import InvalidRequest, TooLarge
 
 MAX_SEQ = 2**31 - 1
 MAX_JSON_DEPTH = 32
@@ -50,6 +52,25 @@ def json_problem(value: Any, depth: int = 0) -> str | None:
             if problem is not None:
                 return problem
     return None
+
+
+def json_bytes(value: Any) -> int:
+    """The size of ``value`` as compact UTF-8 JSON: the one measure of every size limit."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_size(size: int, limit: int, what: str, *, code: str) -> int:
+    """Refuse ``what`` if its ``size`` in bytes is over ``limit``; returns the size."""
+    if size > limit:
+        raise TooLarge(
+            f"{what} is {size:,} bytes; the limit is {limit:,} bytes. Send less: put big content "
+            "in a file and send its path",
+            code=code,
+            limit=limit,
+            size=size,
+        )
+    return size
 
 
 def preview(value: str) -> str:

@@ -13,7 +13,14 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 from parley.core.errors import Conflict, InvalidRequest, UnknownKind
-from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableObject, StorableText
+from parley.core.limits import (
+    MAX_SEQ,
+    OptionalStorableText,
+    StorableObject,
+    StorableText,
+    check_size,
+    json_bytes,
+)
 
 MailroomKind = Literal["task", "report", "handoff", "blocker", "notice"]
 SessionKind = Literal[
@@ -114,8 +121,11 @@ class SendRequest(BaseModel):
     )
     kind: str = Field(max_length=32)
     subject: StorableText = Field(default="", max_length=500)
-    body: StorableText = Field(default="", max_length=200_000)
-    payload: StorableObject = Field(default_factory=dict)
+    # Body and payload are bounded in bytes by the hub's settings (``check_size``), not here.
+    body: StorableText = Field(default="", description="Markdown; see the hub's message limit.")
+    payload: StorableObject = Field(
+        default_factory=dict, description="JSON for programs; see the hub's payload limit."
+    )
     cc: list[StorableText] = Field(default_factory=list, max_length=64)
     parent_message_id: OptionalStorableText = Field(default=None, max_length=64)
     # The correlation id is also the trace id of the send's event, whose column holds 64.
@@ -124,6 +134,17 @@ class SendRequest(BaseModel):
     labels: list[StorableText] = Field(default_factory=list, max_length=50)
     ttl_seconds: int = Field(default=DEFAULT_TTL_SECONDS, ge=1, le=MAX_TTL_SECONDS)
     idempotency_key: OptionalStorableText = Field(default=None, min_length=1, max_length=200)
+
+    def checked_size(self, *, payload_max: int, message_max: int) -> int:
+        """Refuse a payload or a whole message over the limits (bytes of compact JSON); returns
+        the size of one stored copy."""
+        check_size(json_bytes(self.payload), payload_max, "the payload", code="payload_too_large")
+        return check_size(
+            json_bytes(self.model_dump(mode="json")),
+            message_max,
+            "the message (subject, body, payload, labels…)",
+            code="message_too_large",
+        )
 
 
 def check_kind(kind: str) -> MailKind:

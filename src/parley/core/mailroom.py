@@ -72,17 +72,24 @@ LABEL_MAX = 200
 # A value written without quotes: letters, digits and the punctuation of ids, times and labels,
 # never a YAML indicator first and never ': ' or ' #' inside.
 _PLAIN = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.+/@-]*(?::[A-Za-z0-9_.+/@-]+)*")
-# Characters YAML may hold raw in a double-quoted scalar; NEL and the Unicode line and paragraph
-# separators are line breaks to a YAML 1.1 reader, so they are escaped too.
-_RAW_OK = re.compile(
-    r"[\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+# Characters YAML may not hold raw in a double-quoted scalar: the quote and the backslash, and all
+# but the printable ones; NEL and the Unicode line and paragraph separators are line breaks to a
+# YAML 1.1 reader, so they are escaped too. One regex pass over the text, not a loop per character:
+# a payload can be large.
+_NEEDS_ESCAPE = re.compile(
+    r'["\\]|[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]'
 )
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t"}
 _SEGMENT_UNSAFE = re.compile(r'[\x00-\x1f\x7f/\\%:*?"<>|]')
 _NAME_UNSAFE = re.compile(r"[^\w.-]+")
 _COMPACT_MINUTE = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2})(\d{2})")
 
 
-class _StringLoader(yaml.SafeLoader):
+# libyaml's parser when it is there: the pure-Python one reads a file a character at a time.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StringLoader(_SafeLoader):  # type: ignore[misc]
     """SafeLoader without implicit typing: every scalar stays the string it was written as, so
     ``created: 2026-05-31T14:30`` is not turned into a datetime nor ``id: 001`` into 1."""
 
@@ -234,27 +241,22 @@ def _scalar(value: str) -> str:
     """A string as a YAML scalar: plain when that reads back unchanged, else double-quoted."""
     if _PLAIN.fullmatch(value):
         return value
-    out = ['"']
-    for ch in value:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif _RAW_OK.fullmatch(ch):
-            out.append(ch)
-        else:
-            code = ord(ch)
-            out.append(
-                f"\\x{code:02x}"
-                if code <= 0xFF
-                else f"\\u{code:04x}"
-                if code <= 0xFFFF
-                else f"\\U{code:08x}"
-            )
-    out.append('"')
-    return "".join(out)
+    return '"' + _NEEDS_ESCAPE.sub(_escape, value) + '"'
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    return (
+        f"\\x{code:02x}"
+        if code <= 0xFF
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
+    )
 
 
 def _looks_like_heading(text: str) -> bool:

@@ -7,11 +7,12 @@ PostgreSQL LISTEN/NOTIFY), ``adapters/runtimes`` (scripted, openai, anthropic, c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -23,9 +24,18 @@ from parley.core.runtime import Turn, TurnResult
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """Rows of a list, bounded by a count and a byte budget; ``more`` says whether the store holds
+    more rows after them (fetch them from the last row's position)."""
+
+    rows: list[T]
+    more: bool
+
+
 class Tx(Protocol):
     """One store transaction. Record names are table names: principals, events, messages,
-    channels, channel_messages, sessions, tasks, invocations, pending_turns."""
+    channels, channel_messages, sessions, tasks, invocations, pending_turns, invitations."""
 
     def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None: ...
     def insert(self, name: str, record: BaseModel) -> None: ...
@@ -34,6 +44,11 @@ class Tx(Protocol):
     async def select(
         self, name: str, *where: Any, order_by: Sequence[Any] = (), limit: int | None = None
     ) -> list[Any]: ...
+    async def page(self, name: str, *where: Any, key: str, limit: int, max_bytes: int) -> Page[Any]:
+        """Rows in ``key`` order, at most ``limit`` of them, and no more once they hold
+        ``max_bytes`` of text and JSON (always at least one)."""
+        ...
+
     def table(self, name: str) -> Any: ...
     async def flush(self) -> None: ...
 
@@ -46,6 +61,9 @@ class Tx(Protocol):
     async def next_inbox_seq(self, recipient_id: str) -> int: ...
     async def message_by_idempotency(self, from_id: str, key: str) -> Message | None: ...
     async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]: ...
+    async def inbox_page(
+        self, recipient_id: str, flt: InboxFilter, *, max_bytes: int
+    ) -> Page[Message]: ...
     async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int: ...
     async def last_broadcast_at(self, sender_id: str) -> datetime | None: ...
     async def expire_due(self, now: datetime) -> list[Message]: ...
@@ -71,6 +89,15 @@ class Tx(Protocol):
         latest: int | None = None,
         limit: int = 500,
     ) -> list[ChannelMessage]: ...
+    async def channel_page(
+        self,
+        channel_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+        max_bytes: int,
+    ) -> Page[ChannelMessage]: ...
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None: ...
 
 
@@ -126,7 +153,15 @@ class Workspace(Protocol):
 
     def resolve_inside(self, workspace: str, path: str) -> Path:
         """Resolve ``path`` (relative to the workspace, or absolute) with ``..`` and symlinks
-        resolved; raise if it does not exist or lies outside the workspace."""
+        resolved; raise if it does not exist or lies outside the workspace, without saying
+        where it leads."""
+        ...
+
+    def prepare(self, workspace: str, taken: Mapping[str, str]) -> str:
+        """Check a new agent's workspace and create it (0700) if it is missing; return it
+        absolute with symlinks resolved. Raise InvalidRequest (``invalid_workspace``) for a
+        relative path or a system directory, Conflict (``workspace_overlap``) when it equals,
+        contains or lies inside one of ``taken`` (agent id → workspace)."""
         ...
 
 

@@ -3,24 +3,24 @@ before it is published, and the sender is always the caller the server authentic
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from parley.core import consent
 from parley.core import discussion as d
 from parley.core.channels import Channel, ChannelMessage, LogicalSession, SenderKind
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
-from parley.core.limits import StorableText, check_seq, check_text
-from parley.core.ports import Tx
+from parley.core.limits import StorableText, check_seq, check_size, check_text
+from parley.core.ports import Page, Tx
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 
 if TYPE_CHECKING:
     from parley.service.tasks import TaskRunner
-
-MAX_CONTENT = 100_000
 
 
 def channel_topic(channel_id: str) -> str:
@@ -96,6 +96,17 @@ class Channels:
                 raise NotFound(f"member {member!r} does not exist", code="member_not_found")
         return members
 
+    async def check_consent(self, tx: Tx, adder: Principal, added: Iterable[str]) -> None:
+        """Refuse to add agents that have not consented to ``adder`` (core/consent.py): a member
+        gets turns, and a turn runs the agent's runtime at its owner's expense."""
+        missing = []
+        for member_id in added:
+            # Read from the store, not the identity cache: another hub may have changed consent.
+            member: Principal | None = await tx.get("principals", member_id)
+            if member is not None and not consent.may_add(adder, member):
+                missing.append(member_id)
+        consent.refuse_unconsented(adder, missing)
+
     # -- creation ---------------------------------------------------------------------------------
     async def create(self, caller: Principal, spec: ChannelSpec) -> Channel:
         rounds = d.check_rounds(spec.discussion_rounds)
@@ -107,6 +118,7 @@ class Channels:
 
         async def job(tx: Tx) -> Channel:
             members = await self._check_members(tx, [caller.id, *spec.members])
+            await self.check_consent(tx, caller, members)
             channel = Channel(
                 id=new_ulid(),
                 name=spec.name,
@@ -154,6 +166,9 @@ class Channels:
                 await tx.update("channels", channel_id, **values)
             if patch.members is not None:
                 members = await self._check_members(tx, [channel.created_by, *patch.members])
+                await self.check_consent(
+                    tx, caller, [m for m in members if m not in channel.members]
+                )
                 await tx.set_members(channel_id, members)
                 channel.members = members
             self.ctx.events.record(
@@ -194,11 +209,31 @@ class Channels:
         latest: int | None = None,
         limit: int = 500,
     ) -> list[ChannelMessage]:
+        page = await self.messages_page(
+            caller, channel_id, after_seq=after_seq, latest=latest, limit=limit
+        )
+        return page.rows
+
+    async def messages_page(
+        self,
+        caller: Principal,
+        channel_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+    ) -> Page[ChannelMessage]:
+        """Messages in channel order, at most ``limit`` (or the ``latest`` ones), and no more
+        once they hold the hub's page budget in bytes."""
         check_seq(after_seq, "after_seq")
         await self.get(caller, channel_id)
         async with self.ctx.store.read() as tx:
-            return await tx.channel_messages(
-                channel_id, after_seq=after_seq, latest=latest, limit=limit
+            return await tx.channel_page(
+                channel_id,
+                after_seq=after_seq,
+                latest=latest,
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
             )
 
     async def append(
@@ -260,18 +295,26 @@ class Channels:
         """Post as the caller. In a work channel a message from anyone but its agent wakes the
         agent (C2); in a group or discussion channel it starts (or supersedes) a discussion
         task (C10); in a closed discussion the moderator only answers that it is closed (C8)."""
+        size = check_size(
+            len(content.encode("utf-8", "surrogatepass")),
+            self.ctx.settings.message_max_bytes,
+            "the message content",
+            code="message_too_large",
+        )
         if not content.strip():
             raise InvalidRequest("message content is empty", code="empty_message")
         check_text(content, "message content")
         if reply_to is not None:
             check_text(reply_to, "reply_to")
-        if len(content) > MAX_CONTENT:
-            raise InvalidRequest(
-                f"message content is {len(content)} characters; the limit is {MAX_CONTENT}",
-                code="message_too_long",
-            )
         assert self.runner is not None
-        return await self.runner.post_trigger(caller, channel_id, content, reply_to=reply_to)
+        # A post is text stored by its sender, like mail: it counts against the same quota.
+        ticket = self.ctx.quotas.ticket(caller)
+        ticket.charge(messages=1, nbytes=size)
+        try:
+            return await self.runner.post_trigger(caller, channel_id, content, reply_to=reply_to)
+        except Exception:
+            ticket.refund()
+            raise
 
     async def post_as_moderator(
         self, tx: Tx, channel_id: str, content: str, **kw: Any

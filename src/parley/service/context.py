@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parley.config import Settings
 from parley.core.ports import Bus, Clock, Store, Workspace
 from parley.service.events import EventLog
+from parley.service.quotas import SendQuotas
 
 
 @dataclass
@@ -17,3 +18,8 @@ class ServiceContext:
     settings: Settings
     events: EventLog
     workspace: Workspace
+    quotas: SendQuotas = field(init=False)
+
+    def __post_init__(self) -> None:
+        # One set of quotas per hub process, shared by every service that stores a sender's text.
+        self.quotas = SendQuotas(self.clock, self.settings)

@@ -6,7 +6,7 @@ from typing import Any
 
 from parley.core.events import Event
 from parley.core.ids import new_ulid
-from parley.core.ports import Bus, Clock, Tx
+from parley.core.ports import Bus, Clock, Page, Tx
 
 
 class EventLog:
@@ -54,6 +54,33 @@ class EventLog:
         actor: str | None = None,
         limit: int = 100,
     ) -> list[Event]:
+        where = self._where(tx, after=after, type=type, subject=subject, actor=actor)
+        return await tx.select("events", *where, order_by=[tx.table("events").c.id], limit=limit)
+
+    async def page(
+        self,
+        tx: Tx,
+        *,
+        max_bytes: int,
+        after: str | None = None,
+        type: str | None = None,
+        subject: str | None = None,
+        actor: str | None = None,
+        limit: int = 100,
+    ) -> Page[Event]:
+        """Events in order, at most ``limit``, and no more once they hold ``max_bytes``."""
+        where = self._where(tx, after=after, type=type, subject=subject, actor=actor)
+        return await tx.page("events", *where, key="id", limit=limit, max_bytes=max_bytes)
+
+    def _where(
+        self,
+        tx: Tx,
+        *,
+        after: str | None,
+        type: str | None,
+        subject: str | None,
+        actor: str | None,
+    ) -> list[Any]:
         e = tx.table("events").c
         where: list[Any] = []
         if after:
@@ -64,4 +91,4 @@ class EventLog:
             where.append(e.subject == subject)
         if actor:
             where.append(e.actor == actor)
-        return await tx.select("events", *where, order_by=[e.id], limit=limit)
+        return where

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from parley.config import Settings
+from parley.config import Settings, write_operator_token
 from parley.core import discussion as d
 from parley.core.channels import ChannelMessage, Task
 from parley.core.clock import SystemClock
@@ -19,6 +19,7 @@ from parley.service.context import ServiceContext
 from parley.service.discussions import Discussions
 from parley.service.events import EventLog
 from parley.service.identity import Identity
+from parley.service.invitations import Invitations
 from parley.service.mail import Mail
 from parley.service.mailroom import Mailroom
 from parley.service.tasks import TaskRunner
@@ -40,7 +41,7 @@ class _NoRuntimes:
 
 class Hub:
     """Everything a surface needs: ``identity``, ``mail``, ``channels``, ``tasks``,
-    ``discussions``, ``turns`` — one instance per process."""
+    ``discussions``, ``invitations``, ``turns`` — one instance per process."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class Hub:
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
         self.identity = Identity(self.ctx, validate_runtime=self.runtimes.validate)
+        self.identity.on_operator_rotated = self._store_operator_token
         self.mail = Mail(self.ctx, self.identity)
         self.mailroom = Mailroom(self.ctx, self.identity)
         self.channels = Channels(self.ctx, self.identity)
@@ -77,6 +79,7 @@ class Hub:
         self.discussions = Discussions(
             self.ctx, self.identity, self.channels, self.tasks, self.mail
         )
+        self.invitations = Invitations(self.ctx, self.identity, self.channels, self.mail)
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False
@@ -96,6 +99,23 @@ class Hub:
         if kind == "none":
             return None
         return self.runtimes.get(agent.id, agent.runtime)
+
+    def _store_operator_token(self, token: str) -> None:
+        """Rewrite the operator token file after a rotation: the CLI on this machine reads it,
+        and the token it held no longer works."""
+        try:
+            path = write_operator_token(self.settings.data_root(), token)
+        except OSError as exc:
+            # The rotation has committed and its response carries the new token: refusing now
+            # would lose it. Say where the CLI's token must go instead.
+            log.error(
+                "the operator token was rotated but %s could not be rewritten (%s); store the "
+                "new token there by hand or pass it with --token/PARLEY_TOKEN",
+                exc.filename,
+                exc.strerror,
+            )
+            return
+        log.warning("the operator token was rotated; %s now holds the new one", path)
 
     async def _notify_idle_agent(self, tx: Tx, agent: Principal, message: ChannelMessage) -> None:
         """An agent without a runtime is not woken by a turn; it finds the work-channel message

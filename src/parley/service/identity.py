@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from parley.core import consent
 from parley.core.channels import Channel, LogicalSession
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, Unauthenticated
 from parley.core.identity import (
@@ -32,6 +33,8 @@ class AgentSpec(BaseModel):
     workspace: OptionalStorableText = Field(default=None, max_length=4096)
     persona: StorableText = Field(default="", max_length=20_000)
     runtime: StorableObject = Field(default_factory=lambda: {"kind": "none"})
+    # Who may add the agent to channels without an invitation; nobody by default (core/consent).
+    accepts_channels_from: list[StorableText] = Field(default_factory=list, max_length=200)
 
 
 class HumanSpec(BaseModel):
@@ -46,6 +49,23 @@ class Created(BaseModel):
     principal: Principal
     token: str
     work_channel_id: str | None = None
+
+
+TOKENS_REVOKED = "tokens_revoked"
+
+
+def revocation_topic(principal_id: str) -> str:
+    """The bus topic on which a principal's token revocations are announced."""
+    return f"principal:{principal_id}"
+
+
+def token_revoked(principal_id: str) -> Unauthenticated:
+    """The refusal of a request, stream or long poll whose token was revoked while it ran."""
+    return Unauthenticated(
+        f"the token of {principal_id!r} was revoked while this request was open; reconnect "
+        "with the principal's new token",
+        code="token_revoked",
+    )
 
 
 def require_operator(caller: Principal, action: str) -> None:
@@ -78,21 +98,37 @@ class Identity:
         self._validate_runtime = validate_runtime
         self._principals: dict[str, Principal] = {}
         self._tokens: dict[str, str] = {}
+        # Called with the operator's new token after its old ones were revoked, so that the
+        # hub can rewrite the token file the CLI reads (the service layer knows no files).
+        self.on_operator_rotated: Callable[[str], None] | None = None
+        self._revocations = 0
 
     # -- lookups ------------------------------------------------------------------------------
     async def authenticate(self, token: str | None) -> Principal:
         """The principal a bearer token belongs to; the server decides who is speaking."""
         if not token:
-            raise Unauthenticated()
+            raise Unauthenticated(
+                "no bearer token was given; send 'Authorization: Bearer <token>' (the operator "
+                "issues one with 'parley token issue <agent>')",
+                code="missing_token",
+            )
         digest = hash_token(token)
         pid = self._tokens.get(digest)
         if pid is not None and pid in self._principals:
             return self._principals[pid]
+        revocations = self._revocations
         async with self.ctx.store.read() as tx:
             principal = await tx.principal_by_token(digest)
         if principal is None or not principal.active:
-            raise Unauthenticated("the bearer token is not valid; ask the operator for a token")
-        self._tokens[digest] = principal.id
+            raise Unauthenticated(
+                "the bearer token is not valid: it is unknown, revoked or belongs to a "
+                "deactivated principal; send a current one as 'Authorization: Bearer <token>' "
+                "(the operator issues one with 'parley token issue <agent>')",
+                code="invalid_token",
+            )
+        # A rotation committed during the read may have revoked this token: do not cache it.
+        if revocations == self._revocations:
+            self._tokens[digest] = principal.id
         self._principals[principal.id] = principal
         return principal
 
@@ -126,6 +162,51 @@ class Identity:
 
     def forget(self, principal_id: str) -> None:
         self._principals.pop(principal_id, None)
+
+    # -- consent ------------------------------------------------------------------------------
+    async def set_consent(
+        self, caller: Principal, agent_id: str, accepts_channels_from: Sequence[str]
+    ) -> Principal:
+        """Replace whom an agent lets add it to channels; the operator or the agent itself."""
+        if not (caller.is_operator or caller.id == agent_id):
+            raise PermissionDenied(
+                f"{caller.id!r} may not change whom {agent_id!r} accepts channels from; only the "
+                "agent itself and the operator may",
+                code="consent_forbidden",
+            )
+        allowed = consent.check_allow_list(accepts_channels_from)
+
+        async def job(tx: Tx) -> Principal:
+            agent: Principal | None = await tx.get("principals", agent_id, for_update=True)
+            if agent is None or agent.kind != "agent":
+                raise NotFound(f"no agent {agent_id!r}", code="principal_not_found")
+            await tx.update("principals", agent_id, accepts_channels_from=allowed)
+            self.ctx.events.record(
+                tx,
+                "agent.consent_changed",
+                actor=caller.id,
+                subject=agent_id,
+                payload={"accepts_channels_from": allowed},
+            )
+            return agent.model_copy(update={"accepts_channels_from": allowed})
+
+        updated = await self.ctx.store.write(job)
+        self._principals[agent_id] = updated
+        return updated
+
+    async def consent_of(self, caller: Principal, agent_id: str) -> Sequence[str]:
+        """Whom an agent lets add it to channels; readable by the agent itself and the operator."""
+        if not (caller.is_operator or caller.id == agent_id):
+            raise PermissionDenied(
+                f"{caller.id!r} may not read whom {agent_id!r} accepts channels from; only the "
+                "agent itself and the operator may",
+                code="consent_forbidden",
+            )
+        async with self.ctx.store.read() as tx:
+            agent: Principal | None = await tx.get("principals", agent_id)
+        if agent is None or agent.kind != "agent":
+            raise NotFound(f"no agent {agent_id!r}", code="principal_not_found")
+        return agent.accepts_channels_from
 
     # -- creation -----------------------------------------------------------------------------
     async def bootstrap_operator(self) -> str | None:
@@ -171,12 +252,17 @@ class Identity:
             persona=spec.persona,
             runtime=runtime,
             work_channel_id=channel_id,
+            accepts_channels_from=consent.check_allow_list(spec.accepts_channels_from),
             created=now,
         )
 
         async def job(tx: Tx) -> Principal:
             if await tx.get("principals", agent_id) is not None:
                 raise Conflict(f"agent {agent_id!r} already exists", code="agent_exists")
+            if spec.workspace is not None:
+                # Checked in the transaction that inserts the agent, against the workspaces
+                # stored before it.
+                agent.workspace = await self._prepare_workspace(tx, spec.workspace)
             tx.insert("principals", agent)
             # Every agent gets a work channel; its session there is the agent's main session.
             tx.insert(
@@ -218,6 +304,14 @@ class Identity:
         created = await self.ctx.store.write(job)
         self._principals[created.id] = created
         return Created(principal=created, token=token, work_channel_id=channel_id)
+
+    async def _prepare_workspace(self, tx: Tx, workspace: str) -> str:
+        """The new agent's workspace, absolute and resolved, created if missing; refused when
+        relative, a system directory, or overlapping another agent's workspace."""
+        p = tx.table("principals").c
+        agents: list[Principal] = await tx.select("principals", p.kind == "agent")
+        taken = {a.id: a.workspace for a in agents if a.workspace}
+        return self.ctx.workspace.prepare(workspace, taken)
 
     async def create_human(self, caller: Principal, spec: HumanSpec) -> Created:
         require_operator(caller, "create humans")
@@ -262,8 +356,20 @@ class Identity:
                 subject=principal_id,
                 payload={"rotate": rotate},
             )
+            if rotate:
+                tx.after_commit(lambda: self._revoked(principal_id))
 
         await self.ctx.store.write(job)
-        if rotate:
-            self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+        if rotate and principal_id == OPERATOR_ID and self.on_operator_rotated is not None:
+            self.on_operator_rotated(token)
         return token
+
+    async def _revoked(self, principal_id: str) -> None:
+        """Forget the principal's cached tokens, then tell every open request, stream and long
+        poll of the principal: each was made with a token issued before the rotation."""
+        # Forget first: a request that re-authenticates on the notice must reach the store.
+        self._revocations += 1
+        self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+        await self.ctx.bus.publish(
+            revocation_topic(principal_id), {"type": TOKENS_REVOKED, "principal_id": principal_id}
+        )

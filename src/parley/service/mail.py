@@ -17,11 +17,18 @@ from parley.core.errors import (
 )
 from parley.core.identity import OPERATOR_ID, Principal
 from parley.core.ids import new_ulid
-from parley.core.limits import check_text
+from parley.core.limits import check_size, check_text, json_bytes
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
-from parley.core.ports import Tx
+from parley.core.ports import Page, Tx
 from parley.service.context import ServiceContext
-from parley.service.identity import Identity, require_operator
+from parley.service.identity import (
+    TOKENS_REVOKED,
+    Identity,
+    require_operator,
+    revocation_topic,
+    token_revoked,
+)
+from parley.service.quotas import Ticket
 
 THREAD_DEPTH = 50
 MAX_WAIT_S = 300.0
@@ -53,11 +60,17 @@ class Mail:
                 raise InvalidRequest(
                     f"cc entry {cc!r} must be an agent or human id", code="invalid_cc"
                 )
+        size = req.checked_size(
+            payload_max=self.ctx.settings.payload_max_bytes,
+            message_max=self.ctx.settings.message_max_bytes,
+        )
+        ticket = self.ctx.quotas.ticket(caller)
         try:
             return await self.ctx.store.write(
-                lambda tx: self._send_job(tx, caller, req, kind, to_kind, to_id)
+                lambda tx: self._send_job(tx, caller, req, kind, to_kind, to_id, size, ticket)
             )
         except StorageError:
+            ticket.refund()
             if req.idempotency_key is None:
                 raise
             # Two hubs raced on the same key and the unique index refused the loser: the
@@ -67,6 +80,10 @@ class Mail:
             if existing is None:
                 raise
             return existing
+        except Exception:
+            # Nothing was stored. A cancelled request keeps its charge: its job may still commit.
+            ticket.refund()
+            raise
 
     async def _send_job(
         self,
@@ -76,6 +93,8 @@ class Mail:
         kind: m.MailKind,
         to_kind: m.ToKind,
         to_id: str,
+        size: int,
+        ticket: Ticket,
     ) -> Message:
         if req.idempotency_key is not None:
             existing = await tx.message_by_idempotency(caller.id, req.idempotency_key)
@@ -95,6 +114,8 @@ class Mail:
         # A blocker always reaches the operator, whoever it was addressed to (M4).
         if kind == "blocker" and OPERATOR_ID not in seen:
             copies.append((OPERATOR_ID, "blocker"))
+        # Every copy is a stored row: a send with 64 cc stores 65 times its size.
+        ticket.charge(messages=1, nbytes=size * len(copies))
         primary_id = new_ulid()
         primary: Message | None = None
         for recipient, copy_reason in copies:
@@ -148,7 +169,14 @@ class Mail:
         payload: dict[str, Any] | None = None,
         ttl_seconds: int = m.DEFAULT_TTL_SECONDS,
     ) -> Message:
-        """Mail from the hub itself (turn notices, wake notices) inside an open transaction."""
+        """Mail from the hub itself (turn notices, wake notices) inside an open transaction. It
+        has no quota, but the same size limits as anyone's mail: its texts are small."""
+        check_size(
+            json_bytes({"subject": subject, "body": body, "payload": payload or {}}),
+            self.ctx.settings.message_max_bytes,
+            f"the hub's own {kind!r} mail to {recipient_id!r}",
+            code="message_too_large",
+        )
         msg = Message(
             id=new_ulid(),
             created=self.ctx.clock.now(),
@@ -213,6 +241,15 @@ class Mail:
             channel = await tx.get_channel(to_id)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {to_id!r}", code="channel_not_found")
+            # Mail to a channel fans out to its members: from an outsider it would reach a
+            # private group and, through the copies, tell who is in it. The refusal names nobody.
+            if not (caller.is_operator or caller.id in channel.members):
+                raise PermissionDenied(
+                    f"{caller.id!r} is not a member of channel {to_id!r}; only its members and "
+                    "the operator may address mail to a channel. Write to an agent directly, or "
+                    "ask a member to invite you.",
+                    code="not_channel_member",
+                )
             members = [mid for mid in channel.members if mid != caller.id]
             if not members:
                 raise InvalidRequest(
@@ -252,7 +289,12 @@ class Mail:
 
     async def inbox(self, caller: Principal, owner: str, flt: InboxFilter) -> list[Message]:
         """The inbox of ``owner`` in delivery order; the owner fetching it marks pending mail
-        delivered."""
+        delivered. One page: see ``inbox_page``."""
+        return (await self.inbox_page(caller, owner, flt)).rows
+
+    async def inbox_page(self, caller: Principal, owner: str, flt: InboxFilter) -> Page[Message]:
+        """A page of the inbox of ``owner``: at most ``flt.limit`` messages, and no more once
+        they hold the hub's page budget in bytes; ``more`` says whether mail follows it."""
         self._check_inbox_owner(caller, owner)
         for what, value in (("kind", flt.kind), ("from", flt.from_id), ("label", flt.label)):
             if value is not None:
@@ -262,7 +304,8 @@ class Mail:
         await self.identity.require(owner)
         flt = flt.model_copy(update={"since": m.check_since(flt.since)})
         async with self.ctx.store.read() as tx:
-            rows = await tx.list_inbox(owner, flt)
+            page = await tx.inbox_page(owner, flt, max_bytes=self.ctx.settings.page_max_bytes)
+        rows = page.rows
         if caller.id == owner:
             pending = [r.id for r in rows if r.status == "pending"]
             if pending:
@@ -273,7 +316,7 @@ class Mail:
                     else r
                     for r in rows
                 ]
-        return rows
+        return Page(rows, page.more)
 
     async def wait(
         self, caller: Principal, timeout_s: float, *, owner: str | None = None
@@ -292,7 +335,8 @@ class Mail:
         undelivered = InboxFilter(status=["pending"])
         # Subscribe before reading the store: mail committed between the read and the
         # subscription would otherwise sit unnoticed until the next message arrives.
-        sub = self.ctx.bus.subscribe([inbox_topic(owner)])
+        # A rotation of the caller's tokens ends the wait before it takes any more mail.
+        sub = self.ctx.bus.subscribe([inbox_topic(owner), revocation_topic(caller.id)])
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
@@ -303,9 +347,11 @@ class Mail:
                     return found
                 try:
                     # Any inbox event is only a nudge; the store decides what is new.
-                    await asyncio.wait_for(sub.get(), remaining)
+                    event = await asyncio.wait_for(sub.get(), remaining)
                 except TimeoutError:
                     return []
+                if event.get("type") == TOKENS_REVOKED:
+                    raise token_revoked(caller.id)
         finally:
             await sub.close()
 
@@ -330,11 +376,13 @@ class Mail:
         return now
 
     def _check_visible(self, caller: Principal, msg: Message) -> None:
-        if caller.is_operator or caller.id in (msg.recipient_id, msg.from_id):
+        if _may_read(caller, msg):
             return
+        # Name no inbox: the refusal must not tell a stranger (or the sender of a copy) who
+        # received the message.
         raise PermissionDenied(
-            f"message {msg.id!r} is in the inbox of {msg.recipient_id!r}; only its recipient, "
-            "its sender and the operator may read it",
+            f"{caller.id!r} may not read message {msg.id!r}; only its recipient and the operator "
+            "may, and its sender the original it sent (not the recipients' copies)",
             code="message_forbidden",
         )
 
@@ -371,11 +419,7 @@ class Mail:
                 found.update(new)
                 ids |= set(new)
                 correlation |= {r.correlation_id for r in new.values() if r.correlation_id}
-        visible = [
-            msg
-            for msg in found.values()
-            if caller.is_operator or caller.id in (msg.recipient_id, msg.from_id)
-        ]
+        visible = [msg for msg in found.values() if _may_read(caller, msg)]
         return sorted(visible, key=lambda x: (x.created, x.id))
 
     async def summary(self, caller: Principal, owner: str) -> MailSummary:
@@ -493,6 +537,15 @@ class Mail:
             return due
 
         return await self.ctx.store.write(job)
+
+
+def _may_read(caller: Principal, msg: Message) -> bool:
+    """The recipient and the operator read a message; its sender reads the original it sent,
+    but not the per-recipient copies of a channel, broadcast or cc send: together they would
+    list every recipient, e.g. the members of a private channel."""
+    if caller.is_operator or caller.id == msg.recipient_id:
+        return True
+    return caller.id == msg.from_id and msg.copy_of is None
 
 
 def _wave(msg: Message) -> str | None:

@@ -3,16 +3,20 @@
 Import keeps each message's id, status and times. A message whose id the hub already holds is
 skipped (never overwritten), so importing the same mailroom twice changes nothing the second
 time; the result lists what was skipped.
+
+Formatting and parsing files is CPU work proportional to the mail: it runs in a worker thread, so
+that the hub keeps answering (``/healthz``, streams) while an export or an import is under way.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from parley.core import mailroom
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import SYSTEM_ID, Principal
-from parley.core.limits import json_problem, preview
+from parley.core.limits import check_size, json_bytes, json_problem, preview
 from parley.core.mail import FromKind, Message
 from parley.core.mailroom import ImportResult
 from parley.core.ports import Tx
@@ -21,6 +25,20 @@ from parley.service.identity import Identity, require_operator
 from parley.service.mail import inbox_topic
 
 _ID_CHUNK = 500
+# What a sender chose of a message (as in a SendRequest): what the message limit measures.
+_SENT_FIELDS = {
+    "to_id",
+    "kind",
+    "subject",
+    "body",
+    "payload",
+    "cc",
+    "parent_message_id",
+    "correlation_id",
+    "related",
+    "labels",
+    "ttl_seconds",
+}
 
 
 class Mailroom:
@@ -36,15 +54,14 @@ class Mailroom:
         async with self.ctx.store.read() as tx:
             c = tx.table("messages").c
             rows: list[Message] = await tx.select("messages", order_by=[c.created, c.id])
-        return mailroom.export_files(rows)
+        return await asyncio.to_thread(mailroom.export_files, rows)
 
     async def import_files(self, caller: Principal, files: Mapping[str, str]) -> ImportResult:
         """Insert the messages of mailroom files, all or none. Every inbox owner and recipient
         must already exist in the hub."""
         require_operator(caller, "import a mailroom")
-        parsed = mailroom.parse_files(files)
-        for msg in parsed.messages:
-            _check_storable(msg)
+        limits = (self.ctx.settings.payload_max_bytes, self.ctx.settings.message_max_bytes)
+        parsed = await asyncio.to_thread(_parse_storable, files, *limits)
 
         async def job(tx: Tx) -> ImportResult:
             existing = await self._existing_ids(tx, [msg.id for msg in parsed.messages])
@@ -119,8 +136,19 @@ class Mailroom:
         tx.after_commit(lambda: bus.publish(topic, data))
 
 
-def _check_storable(msg: Message) -> None:
-    """The mailroom format carries any text; the store cannot hold every text (see limits)."""
+def _parse_storable(
+    files: Mapping[str, str], payload_max: int, message_max: int
+) -> mailroom.ParsedMailroom:
+    """Parse mailroom files and refuse any message the hub would not accept as mail."""
+    parsed = mailroom.parse_files(files)
+    for msg in parsed.messages:
+        _check_storable(msg, payload_max, message_max)
+    return parsed
+
+
+def _check_storable(msg: Message, payload_max: int, message_max: int) -> None:
+    """The mailroom format carries any text; the store cannot hold every text (see limits), and
+    imported mail is held to the same size limits as mail sent to the hub."""
     problem = json_problem(msg.model_dump(exclude={"payload"})) or json_problem(msg.payload)
     if problem is not None:
         raise InvalidRequest(
@@ -129,3 +157,8 @@ def _check_storable(msg: Message) -> None:
             code="invalid_mailroom_file",
             id=msg.id,
         )
+    what = f"the payload of mailroom message {msg.id!r}"
+    check_size(json_bytes(msg.payload), payload_max, what, code="payload_too_large")
+    content = msg.model_dump(mode="json", include=_SENT_FIELDS)
+    what = f"mailroom message {msg.id!r}"
+    check_size(json_bytes(content), message_max, what, code="message_too_large")

@@ -35,6 +35,7 @@ from parley.core.errors import NotFound, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Runtime, Tx
+from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import NO_REPLY, AgentProfile, TranscriptEntry, Turn, TurnResult
 from parley.service.channels import Channels, Posted, channel_topic
 from parley.service.context import ServiceContext
@@ -227,7 +228,7 @@ class TaskRunner:
             raise
         except Exception as exc:  # a bug or a store failure: never leave a task running
             log.exception("task %s failed", task.id)
-            end, error = "failed", f"{exc.__class__.__name__}: {exc}"
+            end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
         finally:
             self.live.pop(task.id, None)
             with contextlib.suppress(Exception):
@@ -368,8 +369,10 @@ class TaskRunner:
                 await self.before_commit(turn)
         except RuntimeFailure as failure:
             t2 = clock.monotonic()
+            # Members read the task's error and route: scrubbed here too, whatever the runtime.
+            secrets = secret_values(agent.runtime)
             # A failed call still names the route it took (C13): which provider failed matters.
-            trace.route = str(failure.details.get("model_route") or "")
+            trace.route = scrub(str(failure.details.get("model_route") or ""), secrets)
             if failure.reason == "cancelled":
                 reason = await self._cancel_reason(task)
                 code = {"superseded": "new_message", "closed": "room_deleted"}.get(
@@ -378,7 +381,8 @@ class TaskRunner:
                 await self._record(trace, "rejected", code, None, t2)
                 return TurnOutcome(kind="rejected", reason=code)
             await self._record(trace, "failed", failure.code, None, t2)
-            return TurnOutcome(kind="failed", reason=f"{failure.code}: {failure.message}")
+            message = scrub(failure.message, secrets)
+            return TurnOutcome(kind="failed", reason=f"{failure.code}: {message}")
         t2 = clock.monotonic()
         if result.runtime_state is not None and result.runtime_state != session.runtime_state:
             await self._save_runtime_state(ctx, session, result.runtime_state)
@@ -442,7 +446,10 @@ class TaskRunner:
                 trigger_id=task.trigger_id,
                 task_id=task.id,
                 round=trace.round,
-                metadata={"invocation_id": trace.invocation_id, "model_route": result.model_route},
+                metadata={
+                    "invocation_id": trace.invocation_id,
+                    "model_route": redact_text(result.model_route),
+                },
                 seq=seq,
             )
             self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
@@ -522,7 +529,7 @@ class TaskRunner:
                 prompt_first_id=window[0].id if window else None,
                 prompt_last_id=window[-1].id if window else None,
                 prompt_chars=trace.prompt_chars,
-                model_route=result.model_route if result else trace.route,
+                model_route=redact_text(result.model_route) if result else trace.route,
                 outcome=outcome,
                 reason=reason,
                 message_id=message_id,

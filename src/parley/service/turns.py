@@ -19,14 +19,14 @@ from parley.core.errors import (
     RuntimeFailure,
 )
 from parley.core.identity import Principal
-from parley.core.limits import check_text
+from parley.core.limits import check_size, check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
 from parley.service.context import ServiceContext
+from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
 from parley.service.mail import Mail
 
 MAX_WAIT_S = 300.0
-MAX_ANSWER = 100_000
 
 
 def turns_topic(agent_id: str) -> str:
@@ -136,7 +136,8 @@ class Turns:
                 f"timeout_s must be between 0 and {MAX_WAIT_S:g}", code="invalid_timeout"
             )
         # Subscribe before looking, so a turn offered in between is not missed.
-        sub = self.ctx.bus.subscribe([turns_topic(caller.id)])
+        # A rotation of the caller's tokens ends the wait before it takes a turn.
+        sub = self.ctx.bus.subscribe([turns_topic(caller.id), revocation_topic(caller.id)])
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
@@ -148,9 +149,11 @@ class Turns:
                 # An event is only a nudge: the turn it announced may already be superseded,
                 # so look again and keep waiting until the deadline.
                 try:
-                    await asyncio.wait_for(sub.get(), remaining)
+                    event = await asyncio.wait_for(sub.get(), remaining)
                 except TimeoutError:
                     return None
+                if event.get("type") == TOKENS_REVOKED:
+                    raise token_revoked(caller.id)
         finally:
             await sub.close()
 
@@ -193,12 +196,14 @@ class Turns:
             raise InvalidRequest(
                 "the answer is empty; call no_reply to pass your turn", code="empty_message"
             )
-        if len(text) > MAX_ANSWER:
-            raise InvalidRequest(
-                f"the answer is {len(text)} characters; the limit is {MAX_ANSWER}",
-                code="message_too_long",
-            )
         check_text(text, "the answer")
+        # The answer becomes a channel message: the same byte limit as a post applies.
+        check_size(
+            len(text.encode()),
+            self.ctx.settings.message_max_bytes,
+            "the answer",
+            code="message_too_large",
+        )
         return await self._answer(caller, turn_id, text)
 
     async def no_reply(self, caller: Principal, turn_id: str) -> PendingTurn:

@@ -12,6 +12,7 @@ from parley.adapters.runtimes import guard
 from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
 from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
 from parley.core.errors import ConfigError, RuntimeFailure
+from parley.core.redact import redact_text, scrub
 from parley.core.runtime import Prompt, Turn, TurnResult, Usage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -38,16 +39,18 @@ class AnthropicRuntime:
             config.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         ).rstrip("/")
         guard.check_endpoint(self.kind, self.base_url)
-        self.model_route = f"anthropic:{self.base_url}:{config.model}"
+        # The route is shown to the channel's members: never with the URL's userinfo.
+        self.model_route = f"anthropic:{redact_text(self.base_url)}:{config.model}"
+        api_key = config.resolve_api_key(self.kind, "ANTHROPIC_API_KEY")
+        self._secrets = (api_key,)
         try:
             self._client = anthropic.AsyncAnthropic(
-                api_key=config.resolve_api_key(self.kind, "ANTHROPIC_API_KEY"),
-                base_url=self.base_url,
-                max_retries=config.max_retries,
+                api_key=api_key, base_url=self.base_url, max_retries=config.max_retries
             )
         except anthropic.AnthropicError as exc:
             raise ConfigError(
-                f"cannot create an Anthropic client for {self.base_url!r}: {exc}",
+                f"cannot create an Anthropic client for {redact_text(self.base_url)!r}: "
+                f"{scrub(str(exc), self._secrets)}",
                 code="runtime_config_error",
             ) from exc
 
@@ -62,6 +65,7 @@ class AnthropicRuntime:
             lambda: self._complete(turn.prompt, deadline_s),
             route=self.model_route,
             timeout_s=deadline_s,
+            secrets=self._secrets,
         )
 
     async def _complete(self, prompt: Prompt, deadline_s: float) -> ProviderReply:

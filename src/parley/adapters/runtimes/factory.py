@@ -17,9 +17,11 @@ from parley.adapters.runtimes.anthropic import AnthropicConfig, AnthropicRuntime
 from parley.adapters.runtimes.command import CommandConfig, CommandRuntime
 from parley.adapters.runtimes.endpoint import parse_config
 from parley.adapters.runtimes.openai import OpenAIConfig, OpenAIRuntime
+from parley.adapters.runtimes.race import scrub_failure
 from parley.adapters.runtimes.scripted import ScriptedConfig, ScriptedRuntime
 from parley.core.errors import InvalidRequest, ParleyError, RuntimeFailure
 from parley.core.ports import Runtime
+from parley.core.redact import scrub, secret_values
 from parley.core.runtime import RUNTIME_KINDS, Turn, TurnResult
 
 log = logging.getLogger(__name__)
@@ -83,11 +85,13 @@ class MisconfiguredRuntime:
         self.error = error
 
     async def respond(self, turn: Turn) -> TurnResult:
-        raise RuntimeFailure(
+        failure = RuntimeFailure(
             f"agent {turn.agent.id!r} cannot take turns: {self.error.message}",
             reason="error",
             config_error=self.error.code,
-        ) from self.error
+        )
+        scrub_failure(failure, secret_values(turn.agent.runtime))
+        raise failure from self.error
 
     async def aclose(self) -> None:
         return None
@@ -115,7 +119,11 @@ class RuntimeRegistry:
         try:
             runtime = self._build(config)
         except ParleyError as exc:
-            log.warning("agent %r has an unusable runtime config: %s", agent_id, exc.message)
+            log.warning(
+                "agent %r has an unusable runtime config: %s",
+                agent_id,
+                scrub(exc.message, secret_values(config)),
+            )
             return MisconfiguredRuntime(exc)
         if cached is not None and cached[1] is not None:
             self._retired.append(cached[1])

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from parley.core.errors import ConfigError
+from parley.core.redact import redact_text
 
 ALLOW_MODEL_REQUESTS: bool = os.environ.get("PARLEY_ALLOW_MODEL_REQUESTS", "1") != "0"
 
@@ -38,7 +39,7 @@ def check_endpoint(kind: str, base_url: str) -> None:
     if ALLOW_MODEL_REQUESTS or is_local_url(base_url):
         return
     raise ConfigError(
-        f"model requests are blocked: the {kind} runtime would call {base_url!r}; "
+        f"model requests are blocked: the {kind} runtime would call {redact_text(base_url)!r}; "
         "point base_url at a local fake server, or set "
         "parley.adapters.runtimes.guard.ALLOW_MODEL_REQUESTS = True",
         code="model_requests_blocked",

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from parley.core.errors import FailureReason, RuntimeFailure
+from parley.core.redact import scrub, secret_values
 from parley.core.runtime import Turn, TurnResult, Usage
 
 log = logging.getLogger(__name__)
@@ -53,16 +54,19 @@ async def race_turn(
     route: str,
     timeout_s: float | None = None,
     grace_s: float = ABANDON_GRACE_S,
+    secrets: Iterable[str] = (),
 ) -> TurnResult:
     """Run ``call`` under the turn's deadline and cancel signal and judge what it returns.
 
     Returns a completed, non-empty :class:`TurnResult`; raises :class:`RuntimeFailure` with
-    reason ``timeout``, ``cancelled``, ``empty``, or whatever the provider raised.
+    reason ``timeout``, ``cancelled``, ``empty``, or whatever the provider raised, its text
+    scrubbed of the agent's secrets and of ``secrets`` (e.g. a key read from the environment).
     """
     started = time.perf_counter()
+    hidden = (*secrets,)
 
     def failure(message: str, reason: FailureReason) -> RuntimeFailure:
-        return _annotate(RuntimeFailure(message, reason=reason), turn, route, started)
+        return _annotate(RuntimeFailure(message, reason=reason), turn, route, started, hidden)
 
     if turn.cancel.is_set():
         raise failure(f"turn {turn.invocation_id!r} was cancelled before it started", "cancelled")
@@ -96,7 +100,7 @@ async def race_turn(
     try:
         reply = provider.result()
     except RuntimeFailure as exc:
-        _annotate(exc, turn, route, started)
+        _annotate(exc, turn, route, started, hidden)
         raise
     except Exception as exc:
         raise failure(f"{route} failed: {type(exc).__name__}: {exc}", "error") from exc
@@ -139,10 +143,24 @@ def _timings(started: float) -> dict[str, float]:
     return {"provider_wait_ms": round((time.perf_counter() - started) * 1000, 3)}
 
 
-def _annotate(exc: RuntimeFailure, turn: Turn, route: str, started: float) -> RuntimeFailure:
-    """Add the trace facts (C13) to a failure so the hub can record it like a success."""
+def _annotate(
+    exc: RuntimeFailure, turn: Turn, route: str, started: float, secrets: tuple[str, ...]
+) -> RuntimeFailure:
+    """Add the trace facts (C13) to a failure so the hub can record it like a success, and
+    scrub its text: a provider may echo the key it was sent, a command may print its env."""
     exc.details.setdefault("model_route", route)
     exc.details.setdefault("invocation_id", turn.invocation_id)
     exc.details.setdefault("agent_id", turn.agent.id)
     exc.details["timings"] = _timings(started)
+    scrub_failure(exc, {*secret_values(turn.agent.runtime), *secrets})
     return exc
+
+
+def scrub_failure(exc: RuntimeFailure, secrets: Iterable[str]) -> None:
+    """Remove ``secrets`` and credential-shaped text from a failure's message and details."""
+    hidden = tuple(secrets)
+    exc.message = scrub(exc.message, hidden)
+    exc.args = (exc.message,)
+    for key, value in exc.details.items():
+        if isinstance(value, str):
+            exc.details[key] = scrub(value, hidden)

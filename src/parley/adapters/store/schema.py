@@ -37,6 +37,8 @@ principals = Table(
     # Per-inbox sequence: incremented under the row lock when mail is delivered to this
     # principal, so an inbox has one gapless commit order (M6) on both stores.
     Column("inbox_seq", Integer, nullable=False, server_default="0"),
+    # Who may add this agent to channels without an invitation (core/consent.py).
+    Column("accepts_channels_from", JSON, nullable=False, server_default=text("'[]'")),
 )
 
 tokens = Table(
@@ -160,6 +162,20 @@ channel_messages = Table(
     Column("metadata", JSON, nullable=False),
     Column("created", TS, nullable=False),
     Index("ux_channel_messages_seq", "channel_id", "seq", unique=True),
+)
+
+invitations = Table(
+    "invitations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("channel_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("invited_by", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created", TS, nullable=False),
+    Column("decided", TS),
+    Index("ix_invitations_agent_status", "agent_id", "status"),
+    Index("ix_invitations_channel", "channel_id"),
 )
 
 sessions = Table(

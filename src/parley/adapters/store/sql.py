@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import JSON, LargeBinary, Text, and_, bindparam, cast, func, or_, select, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ClauseElement
@@ -31,10 +31,12 @@ from parley.core.channels import (
     PendingTurn,
     Task,
 )
+from parley.core.consent import Invitation
 from parley.core.errors import ParleyError, StorageError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
+from parley.core.ports import Page
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
@@ -50,6 +52,7 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "tasks": (s.tasks, Task),
     "invocations": (s.invocations, Invocation),
     "pending_turns": (s.pending_turns, PendingTurn),
+    "invitations": (s.invitations, Invitation),
 }
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
@@ -122,6 +125,27 @@ def _to_row(name: str, record: BaseModel) -> dict[str, Any]:
     return row
 
 
+def _inbox_where(recipient_id: str, flt: InboxFilter) -> list[Any]:
+    """The conditions of an inbox listing; a label is matched in Python (labels are JSON)."""
+    m = s.messages.c
+    where: list[Any] = [m.recipient_id == recipient_id]
+    if flt.status:
+        where.append(m.status.in_(flt.status))
+    elif not flt.include_archived:
+        where.append(m.status.in_((*OPEN_STATUSES, "expired", "failed")))
+    if flt.unread:
+        where.append(m.status.in_(("pending", "delivered")))
+    if flt.kind:
+        where.append(m.kind == flt.kind)
+    if flt.from_id:
+        where.append(m.from_id == flt.from_id)
+    if flt.after_seq is not None:
+        where.append(m.seq > flt.after_seq)
+    if flt.since:
+        where.append(m.created >= datetime.fromisoformat(flt.since.replace("Z", "+00:00")))
+    return where
+
+
 class SqlTx:
     """One database transaction with parley's queries. Inserts are buffered and flushed with
     ``executemany`` before any read and at commit: most jobs only append."""
@@ -188,6 +212,77 @@ class SqlTx:
     def table(self, name: str) -> Any:
         return _RECORDS[name][0]
 
+    async def page(self, name: str, *where: Any, key: str, limit: int, max_bytes: int) -> Page[Any]:
+        return await self._page(name, list(where), key=key, limit=limit, max_bytes=max_bytes)
+
+    def _row_bytes(self, table: Any) -> Any:
+        """The bytes of a row's text and JSON columns, as the database computes them."""
+        sizes = []
+        for col in table.columns:
+            if isinstance(col.type, Text | JSON):
+                text = cast(col, Text)
+                size = (
+                    func.octet_length(text)
+                    if self.store.dialect == "postgresql"
+                    else func.length(cast(text, LargeBinary))
+                )
+                sizes.append(func.coalesce(size, 0))
+        return sum(sizes[1:], sizes[0]) if sizes else func.coalesce(None, 0)
+
+    async def _page(
+        self,
+        name: str,
+        where: list[Any],
+        *,
+        key: str,
+        limit: int,
+        max_bytes: int | None,
+        descending: bool = False,
+        extra: Sequence[Any] = (),
+        keep: Callable[[Any], bool] | None = None,
+    ) -> Page[Any]:
+        """A page chosen from the ids and sizes of the rows (a light query) before any whole row
+        is read, so that a page of big rows never holds more than its budget and one row."""
+        table, _ = _RECORDS[name]
+        key_col = table.c[key]
+        light = select(
+            table.c.id.label("_id"),
+            key_col.label("_key"),
+            self._row_bytes(table).label("_bytes"),
+            *extra,
+        ).order_by(key_col.desc() if descending else key_col)
+        chosen: list[str] = []
+        total = 0
+        more = False
+        position: Any = None
+        while True:
+            conds = list(where)
+            if position is not None:
+                conds.append(key_col < position if descending else key_col > position)
+            rows = (await self._exec(light.where(*conds).limit(limit + 1))).all()
+            for row in rows:
+                position = row._key
+                if keep is not None and not keep(row):
+                    continue
+                if len(chosen) == limit or (
+                    max_bytes is not None and chosen and total >= max_bytes
+                ):
+                    more = True
+                    break
+                chosen.append(row._id)
+                total += int(row._bytes or 0)
+            # Without a filter of its own, one light query of limit + 1 rows decides the page.
+            if more or keep is None or len(rows) <= limit:
+                break
+        if not chosen:
+            return Page([], more)
+        full = await self.select(
+            name,
+            table.c.id.in_(chosen),
+            order_by=[key_col.desc() if descending else key_col],
+        )
+        return Page(full, more)
+
     # -- identity ---------------------------------------------------------------------------
     async def insert_token(
         self, token_hash: str, principal_id: str, label: str, at: datetime
@@ -230,29 +325,32 @@ class SqlTx:
         return rows[0] if rows else None
 
     async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]:
-        m = s.messages.c
-        where: list[Any] = [m.recipient_id == recipient_id]
-        if flt.status:
-            where.append(m.status.in_(flt.status))
-        elif not flt.include_archived:
-            where.append(m.status.in_((*OPEN_STATUSES, "expired", "failed")))
-        if flt.unread:
-            where.append(m.status.in_(("pending", "delivered")))
-        if flt.kind:
-            where.append(m.kind == flt.kind)
-        if flt.from_id:
-            where.append(m.from_id == flt.from_id)
-        if flt.after_seq is not None:
-            where.append(m.seq > flt.after_seq)
-        if flt.since:
-            where.append(m.created >= datetime.fromisoformat(flt.since.replace("Z", "+00:00")))
-        rows: list[Message] = await self.select(
-            "messages", *where, order_by=[m.seq], limit=None if flt.label else flt.limit
-        )
         if flt.label:
-            rows = [r for r in rows if flt.label in r.labels or r.archive_label == flt.label]
-            rows = rows[: flt.limit]
+            return (await self.inbox_page(recipient_id, flt, max_bytes=None)).rows
+        m = s.messages.c
+        rows: list[Message] = await self.select(
+            "messages", *_inbox_where(recipient_id, flt), order_by=[m.seq], limit=flt.limit
+        )
         return rows
+
+    async def inbox_page(
+        self, recipient_id: str, flt: InboxFilter, *, max_bytes: int | None
+    ) -> Page[Message]:
+        label = flt.label
+        m = s.messages.c
+
+        def labelled(row: Any) -> bool:
+            return label in (row.labels or ()) or row.archive_label == label
+
+        return await self._page(
+            "messages",
+            _inbox_where(recipient_id, flt),
+            key="seq",
+            limit=flt.limit,
+            max_bytes=max_bytes,
+            extra=(m.labels, m.archive_label) if label else (),
+            keep=labelled if label else None,
+        )
 
     async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int:
         if not ids:
@@ -409,6 +507,34 @@ class SqlTx:
             )
             return list(reversed(rows))
         return await self.select("channel_messages", *where, order_by=[cm.seq], limit=limit)
+
+    async def channel_page(
+        self,
+        channel_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+        max_bytes: int,
+    ) -> Page[ChannelMessage]:
+        cm = s.channel_messages.c
+        where: list[Any] = [cm.channel_id == channel_id]
+        if after_seq is not None:
+            where.append(cm.seq > after_seq)
+        if latest is None:
+            return await self._page(
+                "channel_messages", where, key="seq", limit=limit, max_bytes=max_bytes
+            )
+        # The latest messages: chosen newest first, returned in channel order.
+        newest = await self._page(
+            "channel_messages",
+            where,
+            key="seq",
+            limit=latest,
+            max_bytes=max_bytes,
+            descending=True,
+        )
+        return Page(list(reversed(newest.rows)), newest.more)
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
         c = s.sessions.c

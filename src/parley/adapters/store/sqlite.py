@@ -31,6 +31,7 @@ from parley.adapters.store import schema as s
 from parley.adapters.store.sql import SqlStore, SqlTx
 from parley.adapters.store.sqlite_inline import inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
+from parley.private_files import PRIVATE_DIR, restrict, touch_private
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_S = 1.0
@@ -86,6 +87,10 @@ class SqliteStore(SqlStore):
         self._checkpointer: asyncio.Task[None] | None = None
         self._inbox_seq: dict[str, int] = {}
 
+    def _files(self) -> list[Path]:
+        """The database file and the files SQLite and this store keep beside it."""
+        return [self.path.with_name(self.path.name + end) for end in ("", "-wal", "-shm", ".lock")]
+
     def _acquire_lock(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -106,9 +111,17 @@ class SqliteStore(SqlStore):
         self._lock_fd = fd
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A directory made here is private; an existing one is the data root (restricted at
+        # build time) or a place the operator chose for the database.
+        self.path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self._acquire_lock()
         try:
+            # SQLite gives a new WAL and shared-memory file the mode of the database file, so a
+            # database created 0600 keeps every later WAL file private too; files an older
+            # parley left open to others are restricted here.
+            touch_private(self.path)
+            for path in self._files():
+                restrict(path)
             self._write_engine = _engine(self.path, writer=True)
             async with self._write_engine.connect() as conn:
                 await conn.run_sync(migrate.upgrade)

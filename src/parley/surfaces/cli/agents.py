@@ -32,6 +32,15 @@ from parley.surfaces.cli.output import (
 agent_app = typer.Typer(help="Create and inspect agents.", no_args_is_help=True)
 token_app = typer.Typer(help="Issue bearer tokens.", no_args_is_help=True)
 
+AcceptFrom = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--accept-channels-from",
+        help="Who may add the agent to channels without an invitation: an id, or '*' for "
+        "anyone (repeatable). Default: nobody.",
+    ),
+]
+
 
 def runtime_config(kind: str | None, raw: str | None) -> dict[str, Any] | None:
     """The runtime block of an agent from ``--runtime`` and ``--runtime-json``."""
@@ -89,6 +98,7 @@ def add(
         str | None,
         typer.Option("--runtime-json", help='Runtime settings as JSON, e.g. \'{"model": "x"}\'.'),
     ] = None,
+    accept_channels_from: AcceptFrom = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Create an agent (operator). Prints its token once: store it now."""
@@ -102,6 +112,8 @@ def add(
     runtime_block = runtime_config(runtime, runtime_json)
     if runtime_block is not None:
         body["runtime"] = runtime_block
+    if accept_channels_from:
+        body["accepts_channels_from"] = accept_channels_from
     created = client(ctx).post("/v1/agents", body)
 
     def render(data: dict[str, Any]) -> None:
@@ -152,6 +164,39 @@ def show(
 ) -> None:
     """One agent (runtime secrets are redacted by the hub)."""
     emit(ctx, as_json, client(ctx).get(f"/v1/agents/{agent_id}"), render_agent)
+
+
+@agent_app.command("consent")
+def consent(
+    ctx: typer.Context,
+    agent_id: Annotated[str, typer.Argument(metavar="ID")],
+    accept_channels_from: AcceptFrom = None,
+    nobody: Annotated[
+        bool, typer.Option("--nobody", help="Accept channels from nobody: others must invite.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show or set whom an agent lets add it to channels (the agent itself or the operator)."""
+    path = f"/v1/agents/{agent_id}/consent"
+    if nobody and accept_channels_from:
+        raise typer.BadParameter("give --accept-channels-from or --nobody, not both")
+    hub = client(ctx)
+    if nobody or accept_channels_from:
+        body = {"accepts_channels_from": accept_channels_from or []}
+        data = hub.request("PUT", path, json_body=body)
+    else:
+        data = hub.get(path)
+
+    def render(view: dict[str, Any]) -> None:
+        allowed = view.get("accepts_channels_from") or []
+        console.print(
+            Text(
+                f"{view['agent_id']} accepts channels from "
+                + (", ".join(allowed) if allowed else "nobody (others must invite it)")
+            )
+        )
+
+    emit(ctx, as_json, data, render)
 
 
 @token_app.command("issue")

@@ -85,6 +85,7 @@ app.add_typer(mail.mail_app, name="mail")
 app.add_typer(mailroom.mailroom_app, name="mailroom")
 app.add_typer(channels.channel_app, name="channel")
 app.add_typer(channels.task_app, name="task")
+app.add_typer(channels.invitation_app, name="invitation")
 app.add_typer(discuss.discuss_app, name="discuss")
 app.add_typer(discuss.group_app, name="group")
 

@@ -22,6 +22,9 @@ from parley.surfaces.cli.transcript import BACKLOG, TranscriptView, task_state, 
 
 channel_app = typer.Typer(help="Channels and their transcripts.", no_args_is_help=True)
 task_app = typer.Typer(help="Discussion tasks: one run of speaking turns.", no_args_is_help=True)
+invitation_app = typer.Typer(
+    help="Invitations into channels: an agent joins only when it accepts.", no_args_is_help=True
+)
 
 ChannelId = Annotated[str, typer.Argument(metavar="CHANNEL_ID")]
 TaskId = Annotated[str, typer.Argument(metavar="TASK_ID")]
@@ -126,6 +129,75 @@ def create(
     if private:
         body["private"] = True
     emit(ctx, as_json, client(ctx).post("/v1/channels", body), render_channel)
+
+
+@channel_app.command("invite")
+def invite(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    agent_id: Annotated[str, typer.Argument(metavar="AGENT_ID", help="The agent to invite.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Invite an agent into a group or discussion channel you are in; it joins if it accepts."""
+    invitation = client(ctx).post(f"/v1/channels/{channel_id}/invitations", {"agent_id": agent_id})
+    emit(ctx, as_json, invitation, render_invitation)
+
+
+def render_invitation(i: dict[str, Any]) -> None:
+    console.print(
+        Text(
+            f"invitation {i['id']}: {i['agent_id']} into channel {i['channel_id']} "
+            f"(by {i['invited_by']}) is {i['status']}"
+        )
+    )
+
+
+InvitationId = Annotated[str, typer.Argument(metavar="INVITATION_ID")]
+
+
+@invitation_app.command("list")
+def list_invitations(
+    ctx: typer.Context,
+    status: Annotated[str, typer.Option(help="pending, accepted, declined or all.")] = "pending",
+    as_json: JsonFlag = False,
+) -> None:
+    """Invitations you received or sent (all of them, for the operator)."""
+    rows = client(ctx).get("/v1/invitations", status=status)
+    columns = ["id", "agent", "channel", "invited by", "status", "created"]
+    emit(
+        ctx,
+        as_json,
+        rows,
+        lambda items: table(
+            "invitations",
+            columns,
+            [
+                (
+                    i["id"],
+                    i["agent_id"],
+                    i["channel_id"],
+                    i["invited_by"],
+                    i["status"],
+                    when_short(i.get("created")),
+                )
+                for i in items
+            ],
+        ),
+    )
+
+
+@invitation_app.command("accept")
+def accept(ctx: typer.Context, invitation_id: InvitationId, as_json: JsonFlag = False) -> None:
+    """Accept an invitation you received: you join the channel."""
+    result = client(ctx).post(f"/v1/invitations/{invitation_id}/accept")
+    emit(ctx, as_json, result, render_invitation)
+
+
+@invitation_app.command("decline")
+def decline(ctx: typer.Context, invitation_id: InvitationId, as_json: JsonFlag = False) -> None:
+    """Decline an invitation you received: you stay out of the channel."""
+    result = client(ctx).post(f"/v1/invitations/{invitation_id}/decline")
+    emit(ctx, as_json, result, render_invitation)
 
 
 @channel_app.command("post")

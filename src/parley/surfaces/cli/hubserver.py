@@ -16,12 +16,17 @@ import uvicorn
 from rich.text import Text
 
 from parley.bootstrap import build_hub
-from parley.config import Settings, operator_token_path, write_hub_info
+from parley.config import Settings, operator_token_path, write_hub_info, write_operator_token
 from parley.core.errors import ParleyError
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
-from parley.surfaces.cli.serve import write_operator_token
+from parley.surfaces.logs import install_redaction
 from parley.surfaces.rest.app import create_app, settle_heap
+
+HEADER_MAX_BYTES = 16 * 1024
+"""The request line and headers together; parley's clients send a few hundred bytes."""
+KEEP_ALIVE_S = 5
+"""How long an idle connection stays open between requests."""
 
 
 def client_url(host: str, port: int) -> str:
@@ -101,6 +106,7 @@ class HubServer(uvicorn.Server):
 
 async def run_hub(settings: Settings, log_level: str) -> int:
     """Start the hub, serve it until a signal, stop it. Returns the exit status."""
+    install_redaction()
     try:
         hub = build_hub(settings)
         await hub.start()
@@ -120,7 +126,17 @@ async def run_hub(settings: Settings, log_level: str) -> int:
             log_level=log_level,
             access_log=log_level in ("info", "debug"),
             timeout_graceful_shutdown=5,
+            # h11, not httptools: httptools buffers a header of any size, h11 refuses one
+            # larger than this with 400, so a client cannot grow the hub before it is
+            # authenticated. uvicorn cannot bound how slowly headers arrive: in production a
+            # reverse proxy does (docs/security.md).
+            http="h11",
+            h11_max_incomplete_event_size=HEADER_MAX_BYTES,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            limit_concurrency=settings.max_connections,
         )
+        # Again now that uvicorn has configured its loggers: the access log shows ?token=.
+        install_redaction()
         server = HubServer(config, hub, first_start=first_start)
         try:
             await server.serve()

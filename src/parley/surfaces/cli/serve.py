@@ -10,20 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-from parley.config import operator_token_path
+# The one writer of the operator token file, also used when a rotation rewrites it.
+from parley.config import write_operator_token as write_operator_token
+from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.cli.output import print_error, state
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-
-
-def write_operator_token(home: Path, token: str) -> Path:
-    """Store the operator token readable by this user only (0600), replacing any old file."""
-    path = operator_token_path(home)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    path.chmod(0o600)
-    return path
 
 
 def serve(
@@ -67,6 +59,9 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Every file this process creates from here on is private to this user, including the ones
+    # a library creates (SQLite's WAL and shared-memory files, log files).
+    os.umask(PRIVATE_UMASK)
     code = asyncio.run(run_hub(settings, log_level))
     if code:
         raise typer.Exit(code)

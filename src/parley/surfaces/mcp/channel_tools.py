@@ -42,7 +42,10 @@ CREATE_PRIVATE_CHANNEL = """\
 Open a private channel with members (you are added). With callbackChannelId (where the result \
 goes back: your work channel, see whoami) and discussGuide (what to discuss, what conclusion is \
 wanted) it is a moderated discussion: members take turns in rounds (3 from a work channel), and \
-you, the initiator, are the only one who can finish it with discuss_callback."""
+you, the initiator, are the only one who can finish it with discuss_callback. Every other agent \
+you list must have consented to be added by you (the operator sets whom an agent accepts); if \
+one has not, nothing is created and the error membership_consent_required names them: open the \
+channel without them and invite_to_channel them (they join when they accept)."""
 
 DISCUSS_CALLBACK = """\
 Finish a discussion you initiated: first write the summary file inside your workspace, then \
@@ -177,7 +180,7 @@ def functions(hub: Hub, auth: Authenticator) -> dict[str, ToolFunction]:
         ctx: Context[Any, Any],
         name: Annotated[str, Field(min_length=1, max_length=200, description="channel name")],
         members: Annotated[
-            list[str], Field(max_length=64, description="agent or human ids to invite")
+            list[str], Field(max_length=64, description="agent or human ids to add")
         ],
         callbackChannelId: Annotated[
             str | None, Field(max_length=64, description="channel the result returns to")

@@ -25,12 +25,17 @@ from parley.core.errors import NotFound, ParleyError, Unauthenticated
 from parley.service.hub import Hub
 from parley.surfaces.mcp.auth import bearer_token
 from parley.surfaces.mcp.server import PROFILES, build_mcp
+from parley.surfaces.rest.errors import bearer_challenge
 
 PATH = "/mcp"
 
 
 def _error(exc: ParleyError, status: int) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    # The header and the body's code say what is wrong with the token: an MCP client shows
+    # little more than "Failed to connect" otherwise.
+    headers = (
+        {"WWW-Authenticate": bearer_challenge(exc)} if isinstance(exc, Unauthenticated) else None
+    )
     return JSONResponse(exc.to_dict(), status_code=status, headers=headers)
 
 

@@ -21,7 +21,7 @@ from parley import __version__
 from parley.core.errors import ConfigError, InvalidRequest, ParleyError
 from parley.core.limits import json_problem
 from parley.service.hub import Hub
-from parley.surfaces.mcp import channel_tools, mail_tools
+from parley.surfaces.mcp import channel_tools, invitation_tools, mail_tools
 from parley.surfaces.mcp.auth import Authenticator
 from parley.surfaces.mcp.results import error_result, invalid_arguments
 
@@ -46,13 +46,29 @@ MAIL_TOOLS = (
 )
 CHANNEL_TOOLS = ("list_channels", "read_channel", "post")
 DISCUSSION_TOOLS = ("create_private_channel", "discuss_callback")
+INVITATION_TOOLS = (
+    "invite_to_channel",
+    "list_invitations",
+    "accept_invitation",
+    "decline_invitation",
+)
 TURN_TOOLS = ("wait_for_turn", "speak", "no_reply")
 PROFILES: dict[str, tuple[str, ...]] = {
-    "default": IDENTITY_TOOLS + MAIL_TOOLS + CHANNEL_TOOLS + DISCUSSION_TOOLS + TURN_TOOLS,
+    "default": IDENTITY_TOOLS
+    + MAIL_TOOLS
+    + CHANNEL_TOOLS
+    + DISCUSSION_TOOLS
+    + INVITATION_TOOLS
+    + TURN_TOOLS,
     "mail": IDENTITY_TOOLS + MAIL_TOOLS,
     # wait_for_mail too: an initiator learns from an inbox notice that the rounds have ended
-    # and that it should now write the summary.
-    "discuss": IDENTITY_TOOLS + CHANNEL_TOOLS + DISCUSSION_TOOLS + TURN_TOOLS + ("wait_for_mail",),
+    # and that it should now write the summary (and an invitee, that it was invited).
+    "discuss": IDENTITY_TOOLS
+    + CHANNEL_TOOLS
+    + DISCUSSION_TOOLS
+    + INVITATION_TOOLS
+    + TURN_TOOLS
+    + ("wait_for_mail",),
 }
 
 
@@ -140,7 +156,11 @@ def build_mcp(hub: Hub, profile: str = "default", *, token: str | None = None) -
             profiles=list(PROFILES),
         )
     auth = Authenticator(hub, token)
-    functions = {**mail_tools.functions(hub, auth), **channel_tools.functions(hub, auth)}
+    functions = {
+        **mail_tools.functions(hub, auth),
+        **channel_tools.functions(hub, auth),
+        **invitation_tools.functions(hub, auth),
+    }
     return ParleyMCP(
         "parley",
         title="parley",

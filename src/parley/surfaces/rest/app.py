@@ -16,6 +16,7 @@ from parley.service.hub import Hub
 from parley.surfaces.mcp.http import McpEndpoint
 from parley.surfaces.rest import errors
 from parley.surfaces.rest.deps import refuse_unstorable_url
+from parley.surfaces.rest.guard import RequestGuard
 from parley.surfaces.rest.routers import (
     agents,
     channels,
@@ -23,6 +24,7 @@ from parley.surfaces.rest.routers import (
     health,
     mail,
     mailroom,
+    membership,
     streams,
     turns,
 )
@@ -73,6 +75,9 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     mcp_endpoint = McpEndpoint(the_hub)
     app.router.routes.append(Route("/mcp", mcp_endpoint))
     errors.install(app)
-    for module in (health, agents, mail, mailroom, events, streams, channels, turns):
+    for module in (health, agents, mail, mailroom, events, streams, channels, membership, turns):
         app.include_router(module.router)
+    # Around every route, /mcp included: authenticate before any body byte is read, bound the
+    # body, and end a request whose token is revoked while it is open.
+    app.add_middleware(RequestGuard, hub=the_hub)
     return app

@@ -5,11 +5,21 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.core.identity import Principal
 from parley.core.limits import check_text
 from parley.service.hub import Hub
+
+STREAM_ROUTES = frozenset(
+    {
+        "/v1/agents/{owner}/inbox/stream",
+        "/v1/channels/{channel_id}/stream",
+        "/v1/events/stream",
+    }
+)
+"""The server-sent event routes, the only ones that accept ``?token=``."""
 
 _bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
 
@@ -27,10 +37,19 @@ async def get_caller(
 ) -> Principal:
     hub: Hub = request.app.state.hub
     token = credentials.credentials if credentials is not None else None
-    if token is None:
-        # Browsers' EventSource cannot set headers; allow ?token= on stream endpoints only.
-        token = request.query_params.get("token") if request.url.path.endswith("/stream") else None
+    if token is None and is_stream_route(request):
+        # Browsers' EventSource cannot set headers, so the event streams, and only they, take
+        # ?token= (which the access log then shows redacted).
+        token = request.query_params.get("token")
     return await hub.identity.authenticate(token)
+
+
+def is_stream_route(request: Request) -> bool:
+    """Whether the request was routed to one of the event-stream endpoints, judged by the
+    matched route's template: ``DELETE /v1/tasks/stream`` (the task route with the id
+    "stream") is not one."""
+    route = request.scope.get("route")
+    return request.method == "GET" and isinstance(route, APIRoute) and route.path in STREAM_ROUTES
 
 
 async def refuse_unstorable_url(request: Request) -> None:

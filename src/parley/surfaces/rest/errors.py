@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ STATUS: list[tuple[type[e.ParleyError], int]] = [
     (e.PermissionDenied, 403),
     (e.NotFound, 404),
     (e.Conflict, 409),
+    (e.TooLarge, 413),
     (e.RateLimited, 429),
     (e.InvalidRequest, 400),
     (e.CallerError, 400),
@@ -61,6 +63,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "Not allowed"),
         (404, "Not found"),
         (409, "Conflict with the current state"),
+        (413, "Larger than the hub's size limit (the message says which, and the limit)"),
         (422, "Validation error"),
     ]
 }
@@ -71,6 +74,19 @@ def status_for(exc: e.ParleyError) -> int:
         if isinstance(exc, cls):
             return status
     return 500
+
+
+# Characters RFC 6750 allows inside error_description; anything else is left out.
+_NOT_DESCRIPTION = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
+
+
+def bearer_challenge(exc: e.Unauthenticated) -> str:
+    """The ``WWW-Authenticate`` header of a 401 (RFC 6750 section 3): a request without a token
+    gets the bare challenge, a bad token ``error="invalid_token"`` and what to do about it."""
+    if exc.code == "missing_token":
+        return 'Bearer realm="parley"'
+    description = _NOT_DESCRIPTION.sub("", exc.message)
+    return f'Bearer realm="parley", error="invalid_token", error_description="{description}"'
 
 
 def _response(
@@ -86,7 +102,7 @@ async def parley_error(_: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, e.RateLimited):
         headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
     if isinstance(exc, e.Unauthenticated):
-        headers["WWW-Authenticate"] = "Bearer"
+        headers["WWW-Authenticate"] = bearer_challenge(exc)
     if status >= 500:
         log.error("request failed: %s", exc, exc_info=exc)
     return _response(status, exc.to_dict(), headers)

@@ -3,6 +3,10 @@
 Subscribe first, then backfill from the store, then follow the bus: an event published between
 the backfill query and the first live read is seen twice at worst (and dropped by id), never
 missed. Ids are the stream's own order (inbox or channel ``seq``, event ULID).
+
+The backfill comes a page at a time (at most ``PAGE_ROWS`` rows and the hub's page budget in
+bytes), the next page read only once the previous one has been handed to the client: a stream of
+a big inbox holds one page, not the inbox.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
 
+PAGE_ROWS = 200
+
 
 @dataclass(frozen=True)
 class SseItem:
@@ -26,7 +32,15 @@ class SseItem:
     data: dict[str, Any]
 
 
-Backfill = Callable[[str | None], Awaitable[list[SseItem]]]
+@dataclass(frozen=True)
+class BackfillPage:
+    """Items after a position, and whether the store holds more after them."""
+
+    items: list[SseItem]
+    more: bool
+
+
+Backfill = Callable[[str | None], Awaitable[BackfillPage]]
 FromLive = Callable[[dict[str, Any]], SseItem | None]
 Sortable = Callable[[str], Any]
 
@@ -64,7 +78,8 @@ def stream(
     async def events() -> AsyncIterator[dict[str, str]]:
         last = after
         try:
-            pending = await backfill(last)
+            page = await backfill(last)
+            pending, more = page.items, page.more
             while True:
                 sent: list[SseItem] = []
                 for item in pending:
@@ -80,18 +95,27 @@ def stream(
                     yield {"id": item.id, "event": item.event, "data": json.dumps(item.data)}
                 if sent and on_sent is not None:
                     await on_sent(sent)
+                if more and sent:
+                    # The next page only now that this one is out; live events wait in the
+                    # subscription (an overflow there means a backfill again from here).
+                    page = await backfill(last)
+                    pending, more = page.items, page.more
+                    continue
                 data = await sub.get()
                 if data.get("type") == "overflow":
-                    pending = await backfill(last)
+                    page = await backfill(last)
+                    pending, more = page.items, page.more
                     continue
                 batch = [data]
                 drain = getattr(sub, "get_nowait", None)
-                while drain is not None and (more := drain()) is not None:
-                    batch.append(more)
+                while drain is not None and (queued := drain()) is not None:
+                    batch.append(queued)
                 if any(d.get("type") == "overflow" for d in batch):
-                    pending = await backfill(last)
+                    page = await backfill(last)
+                    pending, more = page.items, page.more
                     continue
                 pending = [it for it in (from_live(d) for d in batch) if it is not None]
+                more = False
         finally:
             await sub.close()
 

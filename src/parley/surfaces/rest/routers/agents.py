@@ -5,50 +5,52 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StrictBool
 
 from parley.core.identity import Principal
+from parley.core.redact import redact_config
 from parley.service.identity import AgentSpec, HumanSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
 
 router = APIRouter(tags=["agents"], responses=ERROR_RESPONSES)
 
-_SECRET_WORDS = ("key", "token", "secret", "password")
-
-
-def is_secret(name: str) -> bool:
-    """A runtime setting that holds a credential: ``api_key``, ``token``, ``client_secret``…
-    but not ``max_tokens`` or ``api_key_env`` (the name of a variable, not its value)."""
-    words = name.lower().replace("-", "_").split("_")
-    return words[-1] in _SECRET_WORDS
-
 
 class PrincipalView(BaseModel):
-    """An agent or human as others see it; runtime secrets are redacted."""
+    """An agent or human as the caller may see it. The operator and the principal itself see
+    its settings with every secret redacted; anyone else sees who it is and its runtime kind,
+    never another agent's workspace, persona or runtime settings (Q8)."""
 
     id: str
     kind: str
     role: str
     display_name: str
-    workspace: str | None
-    persona: str
-    runtime: dict[str, Any]
+    workspace: str | None = Field(
+        description="Shown only to the operator and to the principal itself; null otherwise."
+    )
+    persona: str | None = Field(
+        description="Shown only to the operator and to the principal itself; null otherwise."
+    )
+    runtime: dict[str, Any] = Field(
+        description="The runtime config with secrets redacted ('***') for the operator and the "
+        "principal itself; only {'kind': ...} for anyone else."
+    )
     work_channel_id: str | None
     active: bool
     created: str
 
     @classmethod
-    def of(cls, p: Principal) -> PrincipalView:
-        runtime = {k: ("***" if is_secret(k) and v else v) for k, v in p.runtime.items()}
+    def of(cls, p: Principal, viewer: Principal) -> PrincipalView:
+        """``p`` as ``viewer`` may see it."""
+        trusted = viewer.is_operator or viewer.id == p.id
         return cls(
             id=p.id,
             kind=p.kind,
             role=p.role,
             display_name=p.display_name,
-            workspace=p.workspace,
-            persona=p.persona,
-            runtime=runtime,
+            workspace=p.workspace if trusted else None,
+            persona=p.persona if trusted else None,
+            runtime=redact_config(p.runtime) if trusted else {"kind": p.runtime_kind},
             work_channel_id=p.work_channel_id,
             active=p.active,
             created=p.created.isoformat(),
@@ -64,7 +66,8 @@ class CreatedView(BaseModel):
 
 
 class TokenRequest(BaseModel):
-    rotate: bool = False
+    # Strict: a rotation revokes every token of the principal, so only a real true asks it.
+    rotate: StrictBool = False
 
 
 class TokenView(BaseModel):
@@ -75,7 +78,7 @@ class TokenView(BaseModel):
 @router.get("/v1/whoami", response_model=PrincipalView)
 async def whoami(caller: Caller) -> PrincipalView:
     """Who the bearer token belongs to."""
-    return PrincipalView.of(caller)
+    return PrincipalView.of(caller, caller)
 
 
 @router.post("/v1/agents", response_model=CreatedView, status_code=201)
@@ -83,7 +86,7 @@ async def create_agent(spec: AgentSpec, caller: Caller, hub: HubDep) -> CreatedV
     """Create an agent (operator only). It gets a token and a work channel."""
     created = await hub.identity.create_agent(caller, spec)
     return CreatedView(
-        principal=PrincipalView.of(created.principal),
+        principal=PrincipalView.of(created.principal, caller),
         token=created.token,
         work_channel_id=created.work_channel_id,
     )
@@ -92,24 +95,24 @@ async def create_agent(spec: AgentSpec, caller: Caller, hub: HubDep) -> CreatedV
 @router.get("/v1/agents", response_model=list[PrincipalView])
 async def list_agents(caller: Caller, hub: HubDep) -> list[PrincipalView]:
     """All agents (anyone may look up whom to write to)."""
-    return [PrincipalView.of(p) for p in await hub.identity.list("agent")]
+    return [PrincipalView.of(p, caller) for p in await hub.identity.list("agent")]
 
 
 @router.get("/v1/agents/{agent_id}", response_model=PrincipalView)
 async def get_agent(agent_id: str, caller: Caller, hub: HubDep) -> PrincipalView:
-    return PrincipalView.of(await hub.identity.require(agent_id))
+    return PrincipalView.of(await hub.identity.require(agent_id), caller)
 
 
 @router.post("/v1/humans", response_model=CreatedView, status_code=201)
 async def create_human(spec: HumanSpec, caller: Caller, hub: HubDep) -> CreatedView:
     """Create a human (operator only)."""
     created = await hub.identity.create_human(caller, spec)
-    return CreatedView(principal=PrincipalView.of(created.principal), token=created.token)
+    return CreatedView(principal=PrincipalView.of(created.principal, caller), token=created.token)
 
 
 @router.get("/v1/humans", response_model=list[PrincipalView])
 async def list_humans(caller: Caller, hub: HubDep) -> list[PrincipalView]:
-    return [PrincipalView.of(p) for p in await hub.identity.list("human")]
+    return [PrincipalView.of(p, caller) for p in await hub.identity.list("human")]
 
 
 @router.post("/v1/principals/{principal_id}/tokens", response_model=TokenView, status_code=201)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
@@ -12,12 +12,23 @@ from parley.core.channels import Channel, ChannelMessage, Invocation, Task
 from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableText
 from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
 from parley.surfaces.rest.deps import Caller, HubDep
-from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.sse import SseItem, last_event_id, seq_position, stream
+from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
+from parley.surfaces.rest.sse import (
+    PAGE_ROWS,
+    BackfillPage,
+    SseItem,
+    last_event_id,
+    seq_position,
+    stream,
+)
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
 TASKS_REPLAYED = 5
+_QUOTA: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorBody, "description": "Sender quota exceeded"}
+}
 
 
 class PrivateChannelRequest(BaseModel):
@@ -30,7 +41,9 @@ class PrivateChannelRequest(BaseModel):
 
 
 class PostRequest(BaseModel):
-    content: StorableText = Field(min_length=1, max_length=100_000)
+    content: StorableText = Field(
+        min_length=1, description="Markdown; bounded in bytes by the hub's message limit (413)."
+    )
     reply_to: OptionalStorableText = Field(default=None, max_length=64)
 
 
@@ -89,24 +102,38 @@ async def update_channel(
 
 
 @router.get(
-    "/v1/channels/{channel_id}/messages", response_model=list[ChannelMessage], tags=["channels"]
+    "/v1/channels/{channel_id}/messages",
+    response_model=list[ChannelMessage],
+    tags=["channels"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
 )
 async def channel_messages(
     channel_id: str,
+    request: Request,
+    response: Response,
     caller: Caller,
     hub: HubDep,
     after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> list[ChannelMessage]:
-    """Messages in channel order."""
-    return await hub.channels.messages(
+    """Messages in channel order, one page at a time: a page that does not end the channel
+    carries a ``Link`` to the next (``after_seq``). With ``latest``, the newest ones that fit
+    one page."""
+    page = await hub.channels.messages_page(
         caller, channel_id, after_seq=after_seq, latest=latest, limit=limit
     )
+    if page.rows and latest is None:
+        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
+    return page.rows
 
 
 @router.post(
-    "/v1/channels/{channel_id}/messages", response_model=Posted, status_code=201, tags=["channels"]
+    "/v1/channels/{channel_id}/messages",
+    response_model=Posted,
+    status_code=201,
+    tags=["channels"],
+    responses=_QUOTA,
 )
 async def post_message(channel_id: str, body: PostRequest, caller: Caller, hub: HubDep) -> Posted:
     """Post as the caller; may wake an agent or start (supersede) a discussion task."""
@@ -128,28 +155,30 @@ async def channel_stream(
     after = seq_position(last_event_id(request, last_id))
     last_task_seq = {"value": 0}
 
-    async def backfill(last: str | None) -> list[SseItem]:
-        items: list[SseItem] = []
+    async def backfill(last: str | None) -> BackfillPage:
         after_seq = int(last) if last else 0
         async with hub.store.read() as tx:
-            while True:
-                rows = await tx.channel_messages(channel_id, after_seq=after_seq, limit=1000)
-                items += [SseItem(str(r.seq), "message", r.model_dump(mode="json")) for r in rows]
-                if len(rows) < 1000:
-                    break
-                after_seq = rows[-1].seq
+            page = await tx.channel_page(
+                channel_id,
+                after_seq=after_seq,
+                limit=PAGE_ROWS,
+                max_bytes=hub.settings.page_max_bytes,
+            )
+            items = [SseItem(str(r.seq), "message", r.model_dump(mode="json")) for r in page.rows]
+            last_task_seq["value"] = int(items[-1].id) if items else after_seq
+            if page.more:
+                return BackfillPage(items, True)
             # A watcher that joins (or resumes) late must still learn how the recent tasks
             # stand: a task may have finished before it subscribed.
             t = tx.table("tasks").c
             recent = await tx.select(
                 "tasks", t.channel_id == channel_id, order_by=[t.id.desc()], limit=TASKS_REPLAYED
             )
-        last_task_seq["value"] = int(items[-1].id) if items else after_seq
         items += [
             SseItem(str(last_task_seq["value"]), "task", task.model_dump(mode="json"))
             for task in reversed(recent)
         ]
-        return items
+        return BackfillPage(items, False)
 
     def from_live(data: dict[str, Any]) -> SseItem | None:
         if data.get("type") == "message":
@@ -243,6 +272,7 @@ async def get_group(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
     response_model=Posted,
     status_code=201,
     tags=["groups"],
+    responses=_QUOTA,
 )
 async def post_group(channel_id: str, body: PostRequest, caller: Caller, hub: HubDep) -> Posted:
     """Starts a discussion, or supersedes the running one."""
@@ -250,16 +280,25 @@ async def post_group(channel_id: str, body: PostRequest, caller: Caller, hub: Hu
 
 
 @router.get(
-    "/v1/im/sessions/{channel_id}/messages", response_model=list[ChannelMessage], tags=["groups"]
+    "/v1/im/sessions/{channel_id}/messages",
+    response_model=list[ChannelMessage],
+    tags=["groups"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
 )
 async def group_messages(
     channel_id: str,
+    request: Request,
+    response: Response,
     caller: Caller,
     hub: HubDep,
     after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> list[ChannelMessage]:
-    return await hub.channels.messages(caller, channel_id, after_seq=after_seq, limit=limit)
+    """Messages in order, one page at a time (see ``GET /v1/channels/{id}/messages``)."""
+    page = await hub.channels.messages_page(caller, channel_id, after_seq=after_seq, limit=limit)
+    if page.rows:
+        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
+    return page.rows
 
 
 @router.get("/v1/im/sessions/{channel_id}/tasks", response_model=list[Task], tags=["groups"])

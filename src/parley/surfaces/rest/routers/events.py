@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 
 from parley.core.events import Event
 from parley.service.identity import require_operator
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
 
 router = APIRouter(tags=["events"], responses=ERROR_RESPONSES)
 
 
-@router.get("/v1/events", response_model=list[Event])
+@router.get(
+    "/v1/events", response_model=list[Event], responses={200: {"description": NEXT_DESCRIPTION}}
+)
 async def list_events(
+    request: Request,
+    response: Response,
     caller: Caller,
     hub: HubDep,
     after: str | None = None,
@@ -24,9 +29,19 @@ async def list_events(
     actor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Event]:
-    """Events in order (operator only). ``type`` ending in '.' matches a prefix."""
+    """Events in order (operator only). ``type`` ending in '.' matches a prefix. A page that
+    does not end the log carries a ``Link`` to the next (``after``)."""
     require_operator(caller, "read the event log")
     async with hub.store.read() as tx:
-        return await hub.ctx.events.query(
-            tx, after=after, type=type, subject=subject, actor=actor, limit=limit
+        page = await hub.ctx.events.page(
+            tx,
+            max_bytes=hub.settings.page_max_bytes,
+            after=after,
+            type=type,
+            subject=subject,
+            actor=actor,
+            limit=limit,
         )
+    if page.rows:
+        link_next(request, response, page.more, after=page.rows[-1].id)
+    return page.rows

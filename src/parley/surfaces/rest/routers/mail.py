@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from parley.core.limits import MAX_SEQ, OptionalStorableText
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
 
 router = APIRouter(tags=["mail"], responses=ERROR_RESPONSES)
 
@@ -30,16 +31,22 @@ class ArchiveRequest(BaseModel):
     "/v1/mail",
     response_model=Message,
     status_code=201,
-    responses={429: {"model": ErrorBody, "description": "Broadcast rate limit"}},
+    responses={429: {"model": ErrorBody, "description": "Sender quota or broadcast rate limit"}},
 )
 async def send(req: SendRequest, caller: Caller, hub: HubDep) -> Message:
     """Send mail as the caller. With ``idempotency_key`` a resend returns the original."""
     return await hub.mail.send(caller, req)
 
 
-@router.get("/v1/agents/{owner}/inbox", response_model=list[Message])
+@router.get(
+    "/v1/agents/{owner}/inbox",
+    response_model=list[Message],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
 async def inbox(
     owner: str,
+    request: Request,
+    response: Response,
     caller: Caller,
     hub: HubDep,
     status: Annotated[list[str] | None, Query()] = None,
@@ -52,7 +59,8 @@ async def inbox(
     after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Message]:
-    """An inbox in delivery order (only its owner or the operator may read it)."""
+    """An inbox in delivery order (only its owner or the operator may read it), one page at a
+    time: a page that does not end the inbox carries a ``Link`` to the next (``after_seq``)."""
     flt = InboxFilter(
         status=status,
         kind=kind,
@@ -64,7 +72,10 @@ async def inbox(
         after_seq=after_seq,
         limit=limit,
     )
-    return await hub.mail.inbox(caller, owner, flt)
+    page = await hub.mail.inbox_page(caller, owner, flt)
+    if page.rows:
+        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
+    return page.rows
 
 
 @router.get("/v1/agents/{owner}/inbox/wait", response_model=list[Message])

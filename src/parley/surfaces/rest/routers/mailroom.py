@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import json
+
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
 from parley.core.mailroom import ImportResult
@@ -20,10 +23,13 @@ class MailroomFiles(BaseModel):
 
 
 @router.get("/v1/mailroom/export", response_model=MailroomFiles)
-async def export(caller: Caller, hub: HubDep) -> MailroomFiles:
+async def export(caller: Caller, hub: HubDep) -> Response:
     """Every message as a mailroom file (operator only): open mail under ``inbox/<agent-id>/``,
     closed mail under ``archive/<label>/``."""
-    return MailroomFiles(files=await hub.mailroom.export(caller))
+    files = await hub.mailroom.export(caller)
+    # Encoding every file as JSON is work in proportion to the mail: not on the event loop.
+    body = await asyncio.to_thread(json.dumps, {"files": files}, ensure_ascii=False)
+    return Response(body, media_type="application/json")
 
 
 @router.post("/v1/mailroom/import", response_model=ImportResult)

@@ -12,7 +12,14 @@ from parley.service.identity import require_operator
 from parley.service.mail import inbox_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.sse import SseItem, last_event_id, seq_position, stream
+from parley.surfaces.rest.sse import (
+    PAGE_ROWS,
+    BackfillPage,
+    SseItem,
+    last_event_id,
+    seq_position,
+    stream,
+)
 
 router = APIRouter(tags=["streams"], responses=ERROR_RESPONSES)
 
@@ -31,17 +38,14 @@ async def inbox_stream(
     await hub.identity.require(owner)
     after = seq_position(last_event_id(request, last_id))
 
-    async def backfill(last: str | None) -> list[SseItem]:
-        items: list[SseItem] = []
-        after_seq = int(last) if last else 0
+    async def backfill(last: str | None) -> BackfillPage:
+        flt = InboxFilter(
+            after_seq=int(last) if last else 0, include_archived=True, limit=PAGE_ROWS
+        )
         async with hub.store.read() as tx:
-            while True:
-                flt = InboxFilter(after_seq=after_seq, include_archived=True, limit=1000)
-                rows = await tx.list_inbox(owner, flt)
-                items += [SseItem(str(r.seq), "mail", r.model_dump(mode="json")) for r in rows]
-                if len(rows) < 1000:
-                    return items
-                after_seq = rows[-1].seq
+            page = await tx.inbox_page(owner, flt, max_bytes=hub.settings.page_max_bytes)
+        items = [SseItem(str(r.seq), "mail", r.model_dump(mode="json")) for r in page.rows]
+        return BackfillPage(items, page.more)
 
     def from_live(data: dict[str, Any]) -> SseItem | None:
         if data.get("type") != "mail":
@@ -73,12 +77,17 @@ async def hub_stream(
     require_operator(caller, "watch the whole hub")
     after = last_event_id(request, last_id)
 
-    async def backfill(last: str | None) -> list[SseItem]:
+    async def backfill(last: str | None) -> BackfillPage:
         if last is None:
-            return []  # a fresh watcher starts from now; resume with Last-Event-ID
+            return BackfillPage(
+                [], False
+            )  # a fresh watcher starts from now; resume with Last-Event-ID
         async with hub.store.read() as tx:
-            rows = await hub.ctx.events.query(tx, after=last, limit=1000)
-        return [SseItem(ev.id, "event", ev.model_dump(mode="json")) for ev in rows]
+            page = await hub.ctx.events.page(
+                tx, after=last, limit=PAGE_ROWS, max_bytes=hub.settings.page_max_bytes
+            )
+        items = [SseItem(ev.id, "event", ev.model_dump(mode="json")) for ev in page.rows]
+        return BackfillPage(items, page.more)
 
     def from_live(data: dict[str, Any]) -> SseItem | None:
         if data.get("type") != "event":

@@ -1,0 +1,71 @@
+"""A token in the URL (``?token=``) is taken by the event streams only, matched by their route,
+not by a path that happens to end in ``/stream``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from parley.core.identity import Principal
+from parley.service.channels import ChannelSpec
+from parley.service.hub import Hub
+from parley.surfaces.rest.app import create_app
+from parley.surfaces.rest.deps import STREAM_ROUTES
+from tests.conftest import MakeAgent
+from tests.integration.mcp_support import serving
+
+Api = Callable[[str | None], httpx.AsyncClient]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("DELETE", "/v1/tasks/stream"),
+        ("GET", "/v1/tasks/stream"),
+        ("GET", "/v1/mail/stream"),
+        ("GET", "/v1/agents/stream"),
+        ("GET", "/v1/channels/stream"),
+        ("GET", "/v1/whoami"),
+    ],
+)
+async def test_a_query_token_does_not_authenticate_other_routes(
+    method: str, path: str, api: Api, hub: Hub
+) -> None:
+    assert hub.operator_token is not None
+    response = await api(None).request(method, path, params={"token": hub.operator_token})
+    assert response.status_code == 401, response.text
+    assert response.json()["code"] in {"unauthenticated", "missing_token"}
+
+
+async def test_each_event_stream_takes_a_query_token(
+    hub: Hub, operator: Principal, make_agent: MakeAgent
+) -> None:
+    bob = await make_agent("bob")
+    channel = await hub.channels.create(operator, ChannelSpec(name="room", members=["bob"]))
+    assert hub.operator_token is not None
+    paths = {
+        "/v1/agents/{owner}/inbox/stream": "/v1/agents/bob/inbox/stream",
+        "/v1/channels/{channel_id}/stream": f"/v1/channels/{channel.id}/stream",
+        "/v1/events/stream": "/v1/events/stream",
+    }
+    assert set(paths) == STREAM_ROUTES
+    async with serving(create_app(hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:
+        for template, path in paths.items():
+            token = hub.operator_token if template == "/v1/events/stream" else bob.token
+            async with client.stream("GET", path, params={"token": token}) as response:
+                assert response.status_code == 200, template
+                assert response.headers["content-type"].startswith("text/event-stream")
+
+
+def test_the_stream_routes_are_the_event_stream_routes(hub: Hub) -> None:
+    """The routes that may take ``?token=`` are exactly those that answer with events."""
+    paths = create_app(hub=hub).openapi()["paths"]
+    streams = {
+        path
+        for path, operations in paths.items()
+        if "text/event-stream"
+        in operations.get("get", {}).get("responses", {}).get("200", {}).get("content", {})
+    }
+    assert streams == STREAM_ROUTES
