@@ -10,7 +10,9 @@ throwaway database), with the scripted runtime answering at once:
   choosing the next speaker and building its prompt; at the start of a round also the round's
   own transaction. A group of 4 members talks for 5 rounds per task.
 * ``prompt_chars_at_*``: the size of a speaker's prompt when its channel holds N messages of
-  similar size: flat beyond the 128-message window, and bounded per entry.
+  similar size: flat beyond the 128-message window, bounded per entry
+  (``prompt_entry_char_cap``) and in total (``prompt_transcript_char_budget``): with long
+  messages the budget, not the count, sets the window (``prompt_entries_oversized_at_*``).
 * ``supersede_*``: randomized interleavings of a newer user message with a running discussion
   (before the runtime call, during it, between its return and the commit); afterwards no agent
   message may have been accepted after a newer trigger (``stale_accepted`` must be 0). The same
@@ -50,7 +52,8 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.adapters.store.sql import SqlTx
 from parley.bootstrap import build_hub
 from parley.config import Settings
-from parley.core.channels import ChannelMessage
+from parley.core import discussion as d
+from parley.core.channels import REJECT_REASONS, ChannelMessage
 from parley.core.identity import Principal
 from parley.core.ports import Runtime, Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
@@ -63,7 +66,7 @@ REPLY_CHARS = 240
 PROMPT_POINTS = (16, 64, 128, 256, 512, 1000, 2000)
 QUICK_PROMPT_POINTS = (16, 128, 512, 1000)
 OVERSIZED_CHARS = 10_000
-REJECT_CODES = {"new_message", "room_deleted", "cancelled", "agent_failed", "publish_failed"}
+REJECT_CODES = set(REJECT_REASONS)
 PHASES = ("before_call", "during", "before_commit")
 
 
@@ -267,7 +270,10 @@ async def bench_prompt(
         "prompt_entries_by_messages": {str(n): entries for n, (_, entries) in curve.items()},
         "prompt_growth_128_to_max": round(curve[top][0] / curve[128][0], 4),
         f"prompt_chars_oversized_at_{big_points[1]}": big[big_points[1]][0],
+        f"prompt_entries_oversized_at_{big_points[1]}": big[big_points[1]][1],
         "prompt_oversized_message_chars": OVERSIZED_CHARS,
+        "prompt_entry_char_cap": d.ENTRY_CHAR_CAP,
+        "prompt_transcript_char_budget": d.TRANSCRIPT_CHAR_BUDGET,
     }
 
 

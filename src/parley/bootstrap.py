@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parley.adapters.bus.memory import MemoryBus
-from parley.adapters.store.postgres import PostgresStore
+from parley.adapters.store.sql import SqlStore
 from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings
@@ -20,6 +20,9 @@ def build_store(settings: Settings) -> Store:
     if url.startswith("sqlite:///"):
         return SqliteStore(Path(url[len("sqlite:///") :]))
     if url.startswith(("postgresql", "postgres://")):
+        # Imported only for a PostgreSQL URL: its dialect and driver are start-up time (Q7).
+        from parley.adapters.store.postgres import PostgresStore
+
         return PostgresStore(url)
     raise ConfigError(
         f"database URL {url!r} is not supported; use sqlite:///<path> or postgresql://…",
@@ -39,11 +42,15 @@ def build_hub(
     # The data root holds mail, runtime keys and the operator token: private to this user, and
     # an existing one left open by an older parley is closed here, before anything is written.
     secure_data_root(settings.data_root())
-    return Hub(
+    store = build_store(settings)
+    hub = Hub(
         settings,
-        store=build_store(settings),
+        store=store,
         bus=MemoryBus(),
         workspace=LocalWorkspace(),
         clock=clock,
         runtimes=runtimes if runtimes is not None else default_runtimes(),
     )
+    if isinstance(store, SqlStore):
+        store.on_batch = hub.ctx.metrics.batch_committed
+    return hub

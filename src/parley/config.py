@@ -8,30 +8,34 @@ followed the directory it was started from would silently come up empty when sta
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-import platformdirs
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from parley.core.errors import ConfigError
-from parley.private_files import write_private
+# The data root's files live in parley.home (no pydantic-settings, for the CLI's start-up);
+# they stay importable from here.
+from parley.home import (
+    DEFAULT_PORT,
+    hub_info_path,
+    operator_token_path,
+    read_hub_info,
+    resolve_home,
+    write_hub_info,
+    write_operator_token,
+)
 
-DEFAULT_PORT = 8765
-
-
-def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Resolve the data root: explicit > PARLEY_HOME > user data dir. Always absolute."""
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    env = os.environ.get("PARLEY_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(platformdirs.user_data_dir("parley", appauthor=False)).resolve()
+__all__ = [
+    "DEFAULT_PORT",
+    "Settings",
+    "hub_info_path",
+    "operator_token_path",
+    "read_hub_info",
+    "resolve_home",
+    "write_hub_info",
+    "write_operator_token",
+]
 
 
 class Settings(BaseSettings):
@@ -47,6 +51,12 @@ class Settings(BaseSettings):
     expiry_sweep_s: float = Field(default=5.0, gt=0)
     discussion_stale_s: float = Field(default=1800.0, gt=0)
     stale_sweep_s: float = Field(default=30.0, gt=0)
+    room_pulse_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds between scheduled pulses of every room (stall check, board "
+        "broadcast, escalation to a meeting); 0: off, pulse only on request.",
+    )
     turn_timeout_s: float = Field(default=120.0, gt=0)
     payload_max_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest mail payload, in bytes of its JSON encoding."
@@ -87,6 +97,17 @@ class Settings(BaseSettings):
         ge=1,
         description="Open connections the server accepts before it answers 503.",
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="How `parley serve` writes log records: text lines, or one JSON object a line.",
+    )
+    max_tool_rounds: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Rounds of tool calls an openai or anthropic agent may make in one turn "
+        "before the turn fails (runtime_tool_rounds).",
+    )
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None
@@ -103,42 +124,3 @@ class Settings(BaseSettings):
     def is_postgres(self) -> bool:
         url = self.resolved_database_url()
         return url.startswith(("postgresql", "postgres://"))
-
-
-def operator_token_path(home: Path) -> Path:
-    return home / "operator.token"
-
-
-def write_operator_token(home: Path, token: str) -> Path:
-    """Store the operator token readable by this user only (0600). It is written to a new file
-    renamed over the old one, so a CLI reading it meanwhile finds the old token or the new one,
-    never an empty file."""
-    path = operator_token_path(home)
-    fd, temp = tempfile.mkstemp(dir=home, prefix=".operator.token.")  # created 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def hub_info_path(home: Path) -> Path:
-    return home / "hub.json"
-
-
-def write_hub_info(home: Path, url: str) -> None:
-    write_private(hub_info_path(home), json.dumps({"url": url, "pid": os.getpid()}) + "\n")
-
-
-def read_hub_info(home: Path) -> dict[str, Any]:
-    path = hub_info_path(home)
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not valid JSON; delete it and restart the hub") from exc
-    return data if isinstance(data, dict) else {}

@@ -3,8 +3,10 @@ REST API — mail between agents, then a moderated discussion opened from a work
 reports back and wakes the session that asked for it.
 
 Agents answer through an OpenAI-compatible endpoint when ``PARLEY_OPENAI_BASE_URL`` (and
-``PARLEY_OPENAI_MODEL``, ``PARLEY_OPENAI_API_KEY``) are set; otherwise through the scripted
-runtime, and every scripted line is labelled as such.
+``PARLEY_OPENAI_MODEL``, ``PARLEY_OPENAI_API_KEY``) are set, and then do every step of the
+discussion themselves with the hub's tools: planner opens it, writes the summary and calls back.
+Otherwise they answer through the scripted runtime, every scripted line is labelled as such, and
+the demo makes the tool steps for planner over REST.
 """
 
 from __future__ import annotations
@@ -48,6 +50,18 @@ GUIDE = (
 TASK = (
     "Design the job queue for the ingest service. Before you commit to a design, open a "
     "discussion with reviewer and tester and continue from its summary."
+)
+# With a model that has the hub's tools, the task says which tools do the steps.
+TOOL_TASK = (
+    f"{TASK} Open it with create_private_channel: name 'queue-design', members reviewer and "
+    "tester, callbackChannelId your work channel (whoami tells you its id) and this "
+    f"discussGuide: {GUIDE}"
+)
+SUMMARY_FILE = "queue-design-summary.md"
+FINISH = (
+    "planner: the rounds are over. Write the summary of this discussion (the design, how "
+    f"starvation is prevented, the test) to {SUMMARY_FILE!r} in your workspace with write_file, "
+    "then call discuss_callback with that path."
 )
 
 # Scripted lines by (agent, round). They quote each other so the demo shows context flowing
@@ -289,6 +303,9 @@ class Demo:
                         return
 
     async def discussion(self) -> None:
+        if self.settings.openai_base_url:
+            await self.agents_discuss()
+            return
         self.step("3. The operator gives planner a task in its work channel (wakes planner)")
         posted = await self.call(
             self.op, "POST", f"/v1/channels/{self.work['planner']}/messages", json={"content": TASK}
@@ -368,6 +385,87 @@ class Demo:
         console.print(
             f"a late message in the closed discussion is answered only by: "
             f"{closed[0]['content'].splitlines()[0] if closed else '(nothing)'}"
+        )
+
+    async def agents_discuss(self) -> None:
+        """The same scenario with agents that use the hub's tools: the demo only gives the task,
+        asks planner to finish once the rounds are over, and shows what the agents did."""
+        work = self.work["planner"]
+        self.step("3. The operator gives planner a task in its work channel (wakes planner)")
+        posted = await self.call(
+            self.op, "POST", f"/v1/channels/{work}/messages", json={"content": TOOL_TASK}
+        )
+        await self.show_task(work, posted["task_id"], "planner/work")
+
+        self.step("4. planner opened a moderated discussion itself (create_private_channel)")
+        channels = await self.call(self.op, "GET", "/v1/channels")
+        opened = [
+            c
+            for c in channels
+            if c["kind"] == "discussion" and c["metadata"].get("initiatorAgentId") == "planner"
+        ]
+        if not opened:
+            raise RuntimeError(
+                "planner did not open a discussion with create_private_channel; check that the "
+                "model at PARLEY_OPENAI_BASE_URL supports function calling"
+            )
+        channel_id = opened[-1]["id"]
+        console.print(f"discussion {opened[-1]['name']!r} ({channel_id}) opened by planner")
+        tasks = await self.call(self.op, "GET", f"/v1/channels/{channel_id}/tasks")
+        await self.show_task(channel_id, tasks[0]["id"], opened[-1]["name"])
+
+        self.step("5. planner writes its summary (write_file) and calls back (discuss_callback)")
+        refused = await self.clients["reviewer"].post(
+            f"/v1/channels/{channel_id}/callback", json={"summaryPath": SUMMARY_FILE}
+        )
+        console.print(
+            f"reviewer tries to call back → {refused.status_code} {refused.json()['code']} "
+            "(only the initiator may finish)"
+        )
+        before = await self.call(self.op, "GET", f"/v1/channels/{work}/tasks")
+        seen = await self.call(self.op, "GET", f"/v1/channels/{work}/messages?latest=1")
+        asked = await self.call(
+            self.op, "POST", f"/v1/channels/{channel_id}/messages", json={"content": FINISH}
+        )
+        await self.show_task(
+            channel_id, asked["task_id"], opened[-1]["name"], asked["message"]["seq"] - 1
+        )
+        meta = (await self.call(self.op, "GET", f"/v1/channels/{channel_id}"))["metadata"]
+        if meta.get("status") == "active":
+            raise RuntimeError("planner did not call discuss_callback; the discussion is open")
+        console.print(
+            f"callback accepted: status={meta['status']} summaryPath={meta['summaryPath']}"
+        )
+        events = await self.call(self.op, "GET", "/v1/events?type=agent.tool_called&limit=1000")
+        done = [
+            f"{e['actor']}:{e['payload']['tool']}{'' if e['payload']['ok'] else ' (refused)'}"
+            for e in events
+        ]
+        console.print(f"tool calls made by the agents: {', '.join(done)}")
+
+        self.step("6. The result-ready message wakes planner's session in its work channel")
+        after = await self.call(self.op, "GET", f"/v1/channels/{work}/tasks")
+        wake = [t for t in after if t["id"] not in {b["id"] for b in before}]
+        if wake:
+            await self.show_task(work, wake[-1]["id"], "planner/work", seen[-1]["seq"])
+
+    async def show_task(
+        self, channel_id: str, task_id: str, title: str, after_seq: int = 0
+    ) -> None:
+        """Wait for a task, then print its channel's transcript after ``after_seq``. Agents with
+        tools start tasks of their own, which may end before the demo could subscribe."""
+        console.print(f"[dim]— transcript of {title} —[/dim]")
+        while True:
+            task = await self.call(self.op, "GET", f"/v1/tasks/{task_id}")
+            if task["status"] == "finished":
+                break
+            await asyncio.sleep(0.2)
+        path = f"/v1/channels/{channel_id}/messages?after_seq={after_seq}"
+        for message in await self.call(self.op, "GET", path):
+            _print_message(message)
+        console.print(
+            f"[dim]task {task['id']} ended: {task['end_reason']} (rounds run "
+            f"{task['current_round']}/{task['rounds']}, {task['accepted']} replies)[/dim]"
         )
 
     async def wrap_up(self) -> None:

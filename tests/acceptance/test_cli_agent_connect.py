@@ -62,16 +62,33 @@ async def test_the_codex_snippets_connect_as_the_agent(cli: Cli, hub: ServedHub)
     export = shlex.split(snippets["env"])
     assert export[0] == "export" and export[1] == f"PARLEY_TOKEN={printed['token']}"
     words = shlex.split(snippets["command"])
-    assert words[0] == "codex" and words[1::2] == ["-c", "-c"]
+    assert words[0] == "codex" and words[1::2] == ["-c", "-c", "-c"]
     overrides = tomllib.loads("\n".join(words[2::2]).replace("mcp_servers.parley.", ""))
+    # Without a tool timeout longer than the longest wait the hub accepts (300 s), Codex cuts
+    # a long wait_for_turn.
     assert overrides == {
         "url": f"{hub.url}/mcp?profile=discuss",
         "bearer_token_env_var": "PARLEY_TOKEN",
+        "tool_timeout_sec": 330,
     }
     config = tomllib.loads(snippets["config_toml"])["mcp_servers"]["parley"]
-    assert config["url"] == overrides["url"]
-    assert config["bearer_token_env_var"] == "PARLEY_TOKEN"
-    assert config["tool_timeout_sec"] > 300  # longer than the longest wait the hub accepts
+    assert config == overrides
+    assert shlex.split(snippets["mcp_add"]) == [
+        "codex",
+        "mcp",
+        "add",
+        "parley",
+        "--url",
+        overrides["url"],
+        "--bearer-token-env-var",
+        "PARLEY_TOKEN",
+    ]
+    readable = cli.ok(
+        "agent", "connect", "alice", "--client", "codex", "--profile", "discuss",
+        "--token", printed["token"],
+    )  # fmt: skip
+    assert snippets["mcp_add"] in readable.stdout.splitlines()
+    assert "tool_timeout_sec = 330" in readable.stdout
     headers = {"Authorization": f"Bearer {printed['token']}"}
     async with (
         httpx2.AsyncClient(headers=headers) as http,
@@ -89,17 +106,19 @@ async def test_the_generic_snippets_connect_over_http_and_stdio(cli: Cli, hub: S
     assert (await whoami_over_http(snippets["url"], {name: value}))["id"] == "alice"
 
     entry = snippets["stdio_config"]["mcpServers"]["parley"]
-    assert entry["command"] == "parley"
+    # An MCP client starts stdio servers with its own PATH: the command is absolute.
+    assert entry["command"] == parley_executable()
+    assert entry["command"].startswith("/")
     assert entry["args"] == ["mcp", "--profile", "mail"]
     assert entry["env"] == {"PARLEY_URL": hub.url, "PARLEY_TOKEN": printed["token"]}
     assert shlex.split(snippets["stdio_command"]) == [
         "env",
         *(f"{k}={v}" for k, v in entry["env"].items()),
-        "parley",
+        entry["command"],
         *entry["args"],
     ]
     params = StdioServerParameters(
-        command=parley_executable(), args=entry["args"], env=child_env(**entry["env"])
+        command=entry["command"], args=entry["args"], env=child_env(**entry["env"])
     )
     async with Client(params) as client:
         assert data(await client.call_tool("whoami", {}))["id"] == "alice"

@@ -1,4 +1,4 @@
-"""A fake Anthropic server: ``POST /v1/messages`` in the Messages API shape."""
+"""A fake Anthropic server: ``POST /v1/messages`` in the Messages API shape, tool use included."""
 
 from __future__ import annotations
 
@@ -31,15 +31,20 @@ class FakeAnthropicServer(FakeModelServer):
                 status_code=reply.status,
                 headers=reply.headers,
             )
-        content = [{"type": "text", "text": reply.text}] if reply.text else []
+        n = len(self.requests)
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        content += [
+            {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": c.name, "input": c.arguments}
+            for i, c in enumerate(reply.calls)
+        ]
         return JSONResponse(
             {
-                "id": f"msg_{len(self.requests)}",
+                "id": f"msg_{n}",
                 "type": "message",
                 "role": "assistant",
                 "model": sent.get("model", "fake"),
                 "content": content,
-                "stop_reason": reply.stop or "end_turn",
+                "stop_reason": reply.stop or ("tool_use" if reply.calls else "end_turn"),
                 "stop_sequence": None,
                 "usage": {"input_tokens": 42, "output_tokens": 7},
             },

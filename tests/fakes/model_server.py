@@ -1,10 +1,11 @@
-"""What the fake model servers share: a script of replies, the requests they received, and a
-hang that lasts until the test ends."""
+"""What the fake model servers share: a script of replies (text, or tool calls the model makes),
+the requests they received, and a hang that lasts until the test ends."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,11 +14,22 @@ from starlette.requests import Request
 from tests.fakes.serving import LocalServer
 
 
+@dataclass(frozen=True)
+class FakeCall:
+    """A tool call a scripted model makes: the tool's name and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class FakeReply:
-    """One scripted answer: text and stop reason, or an HTTP error status, or a hang."""
+    """One scripted answer: text and stop reason, tool calls, an HTTP error status, or a hang."""
 
     text: str = "Looks good to me."
+    calls: list[FakeCall] = field(default_factory=list)
+    """Tool calls the model asks for (the protocol's tool-use stop reason); ``text`` goes with
+    them as the model's words before the calls, if not empty."""
     stop: str | None = None  # the protocol's own completed stop reason when None
     status: int = 200
     error_message: str = "scripted failure"
@@ -32,6 +44,9 @@ class FakeModelServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.default = FakeReply()
+        self.responder: Callable[[dict[str, Any]], FakeReply] | None = None
+        """Answers a request (its JSON body) when nothing is scripted: for conversations whose
+        order a test cannot script, such as several agents' turns."""
         self._replies: deque[FakeReply] = deque()
         self.received = asyncio.Event()
         """Set when a request arrives: the call is in flight."""
@@ -49,7 +64,13 @@ class FakeModelServer:
         """Record the request and pick its reply; wait here if the reply hangs."""
         self.requests.append(await request.json())
         self.headers.append(dict(request.headers))
-        reply = self._replies.popleft() if self._replies else self.default
+        body = self.requests[-1]
+        if self._replies:
+            reply = self._replies.popleft()
+        elif self.responder is not None:
+            reply = self.responder(body)
+        else:
+            reply = self.default
         self.received.set()
         if reply.hang:
             await self.release.wait()

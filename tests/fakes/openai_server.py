@@ -1,7 +1,9 @@
-"""A fake OpenAI-compatible server: ``POST /v1/chat/completions`` in the Chat Completions shape."""
+"""A fake OpenAI-compatible server: ``POST /v1/chat/completions`` in the Chat Completions shape,
+tool calls included."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,17 +33,29 @@ class FakeOpenAIServer(FakeModelServer):
                 status_code=reply.status,
                 headers=reply.headers,
             )
+        n = len(self.requests)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{n}_{i}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for i, c in enumerate(reply.calls)
+            ]
+        stop = reply.stop or ("tool_calls" if reply.calls else "stop")
         return JSONResponse(
             {
-                "id": f"chatcmpl-{len(self.requests)}",
+                "id": f"chatcmpl-{n}",
                 "object": "chat.completion",
                 "created": 1_700_000_000,
                 "model": sent.get("model", "fake"),
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": reply.text},
-                        "finish_reason": reply.stop or "stop",
+                        "message": message,
+                        "finish_reason": stop,
                         "logprobs": None,
                     }
                 ],

@@ -145,7 +145,7 @@ async def test_with_callback_it_records_the_discussion_metadata(
     # The moderator's kickoff starts the rounds, with the guide as the task.
     kickoff = (await messages(hub, channel.id))[0]
     assert (kickoff.sender_id, kickoff.sender_kind) == ("moderator", "moderator")
-    assert kickoff.content == d.kickoff("Decide the retry policy")
+    assert kickoff.content == d.kickoff("Decide the retry policy", channel.id)
     [task] = await hub.tasks.of_channel(operator, channel.id)
     assert (task.trigger_id, task.mode, task.members) == (kickoff.id, "discussion", ["lead", "rev"])
     for turn in team.discussion_turns:
@@ -304,10 +304,10 @@ async def test_callback_closes_the_discussion_and_silences_its_sessions(
     )
     assert r.status_code == 200, r.text
     meta = r.json()["metadata"]
-    assert set(meta) == METADATA_FIELDS
+    assert set(meta) == METADATA_FIELDS | {"closedAt"}
     assert meta["summaryPath"] == str(summary.resolve())
     assert meta["status"] == "closed"
-    assert meta["completedAt"] == iso(clock.now())
+    assert meta["completedAt"] == meta["closedAt"] == iso(clock.now())
     assert r.json()["status"] == "closed"
     await hub.tasks.wait_idle()
 

@@ -26,7 +26,7 @@ async def test_a_resend_with_the_same_key_returns_the_original(
     body = {"to": "bob", "kind": "task", "body": "once", "idempotency_key": "job-42"}
     first = await api(alice.token).post("/v1/mail", json=body)
     again = await api(alice.token).post("/v1/mail", json={**body, "body": "changed"})
-    assert first.status_code == again.status_code == 201
+    assert (first.status_code, again.status_code) == (201, 200)  # test_mail_idempotent_replay
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["body"] == "once"
     via_service = await send(hub, alice.principal, "bob", body="x", idempotency_key="job-42")

@@ -175,7 +175,7 @@ async def test_a_whole_discussion_of_remote_agents_over_mcp(
         ended = await notice_to_finish(ini_c)
         assert ended["payload"]["channel_id"] == disc
         assert ended["payload"]["end_reason"] == "unanimous"
-        assert "discuss-callback" in ended["body"]
+        assert "discuss_callback" in ended["body"]
 
         read = data(await cat_c.call_tool("read_channel", {"channel_id": disc}))
         spoken_texts = [m["content"] for m in read["messages"] if m["sender_kind"] == "agent"]

@@ -154,6 +154,7 @@ async def test_a_retry_with_the_same_idempotency_key_returns_the_original(
             await a.call_tool("send_message", {**args, "body": "twice", "idempotency_key": "k1"})
         )
     assert again["id"] == first["id"]
+    assert "replayed" not in first and again["replayed"] is True
     async with connect(bob.token) as b:
         inbox = data(await b.call_tool("check_inbox", {}))
     assert [m["body"] for m in inbox["messages"]] == ["once"]

@@ -37,6 +37,7 @@ STREAM_ROUTES = {
     "/v1/agents/{owner}/inbox/stream",
     "/v1/channels/{channel_id}/stream",
     "/v1/events/stream",
+    "/v1/rooms/meetings/{meeting_id}/stream",
 }
 # MCP tools that only read; the others change state and are exercised elsewhere. A new tool
 # must be put in one of the two sets, so that a reading tool cannot slip past this test.
@@ -139,14 +140,15 @@ async def plant(
 
 
 async def fail_turns(hub: Hub, operator: Principal, observer: AgentHandle) -> list[str]:
-    """Channels in which each failing agent took (and failed) a turn the observer asked for."""
+    """Channels of the observer in which each failing agent took (and failed) a turn; a
+    user's message starts it (an agent's post in a group starts no discussion)."""
     channel_ids = []
     for victim in ("victim-http", "victim-cmd"):
         channel = await hub.channels.create(
             operator,
             ChannelSpec(name=f"work with {victim}", members=[victim, observer.id]),
         )
-        posted = await hub.channels.post(observer.principal, channel.id, "please review this")
+        posted = await hub.channels.post(operator, channel.id, "please review this")
         assert posted.task_id is not None
         channel_ids.append(channel.id)
     await hub.tasks.wait_idle()
@@ -233,6 +235,10 @@ async def test_a_runtime_secret_reaches_no_other_agent(
         "channel_id": visible,
         "message_id": messages,
         "task_id": tasks,
+        # Meeting records are not yet part of this sweep (no meeting is held here): their
+        # routes are called with ids that do not exist, and must still leak nothing.
+        "room_id": ["room-none"],
+        "meeting_id": ["mtg-none"],
     }
 
     app = create_app(hub=hub)
@@ -298,6 +304,9 @@ async def test_a_runtime_secret_reaches_no_other_agent(
             status, text, _ = await sse_events(rest, "/v1/events/stream", lambda _: True)
             assert status == 403, text
             secrets.assert_absent(text, "the hub's event stream")
+            status, text, _ = await sse_events(rest, "/v1/rooms/meetings/mtg-none/stream", bool)
+            assert status == 404, text
+            secrets.assert_absent(text, "a meeting's stream")
 
         # Every reading MCP tool, with every id it takes.
         async with http_client(f"{url}/mcp", observer.token) as mcp:

@@ -11,10 +11,13 @@ import pytest
 from parley.core.identity import Principal
 from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
+from parley.service.meetings import ConveneSpec
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.rest.deps import STREAM_ROUTES
+from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.mcp_support import serving
+from tests.integration.meeting_support import members, room_with
 
 Api = Callable[[str | None], httpx.AsyncClient]
 
@@ -40,20 +43,29 @@ async def test_a_query_token_does_not_authenticate_other_routes(
 
 
 async def test_each_event_stream_takes_a_query_token(
-    hub: Hub, operator: Principal, make_agent: MakeAgent
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
     bob = await make_agent("bob")
     channel = await hub.channels.create(operator, ChannelSpec(name="room", members=["bob"]))
+    await members(make_agent, runtimes, ["m1", "m2"])
+    room = await room_with(hub, operator, ["m1", "m2"])
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    await hub.meetings.wait_idle()
     assert hub.operator_token is not None
     paths = {
         "/v1/agents/{owner}/inbox/stream": "/v1/agents/bob/inbox/stream",
         "/v1/channels/{channel_id}/stream": f"/v1/channels/{channel.id}/stream",
         "/v1/events/stream": "/v1/events/stream",
+        "/v1/rooms/meetings/{meeting_id}/stream": f"/v1/rooms/meetings/{meeting.id}/stream",
     }
     assert set(paths) == STREAM_ROUTES
     async with serving(create_app(hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:
         for template, path in paths.items():
-            token = hub.operator_token if template == "/v1/events/stream" else bob.token
+            operator_only = template in (
+                "/v1/events/stream",
+                "/v1/rooms/meetings/{meeting_id}/stream",
+            )
+            token = hub.operator_token if operator_only else bob.token
             async with client.stream("GET", path, params={"token": token}) as response:
                 assert response.status_code == 200, template
                 assert response.headers["content-type"].startswith("text/event-stream")

@@ -252,7 +252,7 @@ def test_command_surface_is_pinned() -> None:
         "demo": [],
         "discuss": ["callback", "close", "start", "status", "watch"],
         "events": [],
-        "group": ["create", "list", "post", "watch"],
+        "group": ["create", "delete", "list", "post", "set", "watch"],
         "invitation": ["accept", "decline", "list"],
         "mail": [
             "ack",

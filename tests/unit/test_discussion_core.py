@@ -55,7 +55,7 @@ def prompt_for(
 
 # -- C4 templates ---------------------------------------------------------------------------------
 def test_kickoff_states_goal_rules_and_what_happens_after_the_callback() -> None:
-    text = d.kickoff("Decide the retry policy")
+    text = d.kickoff("Decide the retry policy", "01CHAN")
     lines = text.splitlines()
     assert lines[0] == "[Discussion Started]"
     assert "Goal:\nDecide the retry policy\n" in text
@@ -63,7 +63,9 @@ def test_kickoff_states_goal_rules_and_what_happens_after_the_callback() -> None
         "1. Discuss only the topic above.",
         "2. Work toward a concrete conclusion.",
         "   - write a summary document to a file",
-        "   - call the tool: discuss-callback",
+        "   - call the tool: discuss_callback",
+        "     (MCP or function tool discuss_callback; CLI: parley discuss callback 01CHAN "
+        "<summary-path>; REST: POST /v1/channels/01CHAN/callback)",
         "   - provide the summary document path",
         "Only the discussion initiator may finish this discussion.",
         "- this channel will be closed",
@@ -79,7 +81,7 @@ def test_idle_closed_and_result_ready_templates_match_source_000() -> None:
     assert idle[0] == "[Discussion Idle]"
     assert "No agent responded in the latest discussion round." in idle
     assert "1. write the discussion summary to a file in the workspace" in idle
-    assert "2. call discuss-callback with the summary file path" in idle
+    assert "2. call discuss_callback with the summary file path" in idle
     assert "If more discussion is still needed, continue the discussion in this channel." in idle
 
     closed = d.CHANNEL_CLOSED.splitlines()

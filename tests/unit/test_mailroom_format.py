@@ -68,6 +68,8 @@ def test_layout_and_frontmatter_follow_the_seed() -> None:
         "- msg-W17.3-000\n"
         "fixes:\n"
         "- F-13.5-1\n"
+        "from_kind: human\n"
+        "created_at: 2026-05-31T14:30:59.000000Z\n"
         "---\n"
         "# W17.3 任务\n"
         "\n"
@@ -81,7 +83,6 @@ def test_every_key_is_written_in_the_documented_order() -> None:
         to_id="*",
         recipient_id="carol",
         status="closed",
-        closed_at=T0,
         archive_label="W1",
         labels=["wave:W1", "fix:F-1", "other"],
         related=["r"],
@@ -92,7 +93,18 @@ def test_every_key_is_written_in_the_documented_order() -> None:
         ttl_seconds=60,
         failure_reason="why",
         payload={"k": 1},
+        created=T0.replace(microsecond=1),
+        closed_at=T0.replace(second=1),
+        delivered_at=T0,
+        read_at=T0,
+        consumed_at=T0,
+        idempotency_key="key",
+        copy_of="01ORIGINAL",
+        copy_reason="redeliver",
+        seq=7,
     )
+    # Only an order wave, fixes and labels cannot rebuild needs all_labels.
+    full = full.model_copy(update={"labels": ["other", *full.labels]})
     [text] = mr.export_files([full]).values()
     front = text.split("---\n")[1]
     keys = [line.split(":", 1)[0] for line in front.splitlines() if not line.startswith("- ")]
@@ -132,7 +144,7 @@ def test_colliding_names_are_numbered_by_created_then_id() -> None:
     third = message(id="01C", created=T0.replace(second=30))
     files, _ = round_trip([third, first, second])
     names = {p.rsplit("/", 1)[1]: text for p, text in files.items()}
-    # All three are in the same minute, the only time the file keeps: the id decides.
+    # All three are in the same minute, the only time the file name keeps: the id decides.
     assert "id: 01A\n" in names["2026-05-31T1500-task-alice-to-bob.md"]
     assert "id: 01B\n" in names["2026-05-31T1500-task-alice-to-bob-2.md"]
     assert "id: 01C\n" in names["2026-05-31T1500-task-alice-to-bob-3.md"]

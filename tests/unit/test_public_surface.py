@@ -14,6 +14,7 @@ from parley.surfaces.rest.app import create_app
 
 ROUTES = """
 GET /healthz
+GET /metrics
 GET /readyz
 GET /v1/agents
 POST /v1/agents
@@ -29,6 +30,7 @@ POST /v1/channels
 POST /v1/channels/private
 GET /v1/channels/{channel_id}
 PATCH /v1/channels/{channel_id}
+DELETE /v1/channels/{channel_id}
 POST /v1/channels/{channel_id}/callback
 POST /v1/channels/{channel_id}/close
 POST /v1/channels/{channel_id}/invitations
@@ -43,6 +45,8 @@ POST /v1/humans
 GET /v1/im/sessions
 POST /v1/im/sessions
 GET /v1/im/sessions/{channel_id}
+PATCH /v1/im/sessions/{channel_id}
+DELETE /v1/im/sessions/{channel_id}
 POST /v1/im/sessions/{channel_id}/messages
 GET /v1/im/sessions/{channel_id}/messages
 GET /v1/im/sessions/{channel_id}/tasks
@@ -58,6 +62,26 @@ GET /v1/mail/{message_id}/thread
 GET /v1/mailroom/export
 POST /v1/mailroom/import
 POST /v1/principals/{principal_id}/tokens
+GET /v1/rooms
+POST /v1/rooms
+POST /v1/rooms/briefs
+POST /v1/rooms/done
+GET /v1/rooms/meetings/{meeting_id}
+GET /v1/rooms/meetings/{meeting_id}/minutes
+POST /v1/rooms/meetings/{meeting_id}/messages
+GET /v1/rooms/meetings/{meeting_id}/speeches
+GET /v1/rooms/meetings/{meeting_id}/stream
+GET /v1/rooms/meetings/{meeting_id}/transcript
+POST /v1/rooms/stop
+GET /v1/rooms/{room_id}
+GET /v1/rooms/{room_id}/briefs
+GET /v1/rooms/{room_id}/meetings
+POST /v1/rooms/{room_id}/meetings
+GET /v1/rooms/{room_id}/members
+POST /v1/rooms/{room_id}/members
+DELETE /v1/rooms/{room_id}/members/{agent_id}
+GET /v1/rooms/{room_id}/pulse
+POST /v1/rooms/{room_id}/pulse
 GET /v1/tasks/{task_id}
 DELETE /v1/tasks/{task_id}
 GET /v1/tasks/{task_id}/invocations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.limits import preview
-from parley.private_files import PRIVATE_DIR
+from parley.private_files import PRIVATE_DIR, PRIVATE_FILE
 
 # No workspace may be one of these: a summary path inside them could name any system file
 # (``/etc/shadow`` in a workspace ``/``), and they hold other users' or the system's files.
@@ -67,6 +67,43 @@ class LocalWorkspace:
                 "summary file first",
                 code="summary_missing",
             )
+        return resolved
+
+    def write_inside(self, workspace: str, path: str, data: bytes) -> Path:
+        if not path or "\x00" in path:
+            raise InvalidRequest("the file path is empty or not a path", code="invalid_file_path")
+        root = Path(os.path.realpath(workspace))
+        candidate = Path(path) if os.path.isabs(path) else root / path
+        resolved = Path(os.path.realpath(candidate))
+        if resolved == root:
+            raise InvalidRequest(
+                f"path {preview(path)} is the workspace itself; name a file in it, e.g. "
+                "'summary.md'",
+                code="invalid_file_path",
+            )
+        if root not in resolved.parents:
+            # As for summaries: never say where a path outside leads.
+            raise PermissionDenied(
+                f"path {preview(path)} resolves outside your workspace {workspace!r}; write files "
+                "inside your workspace, e.g. 'summary.md'",
+                code="file_outside_workspace",
+                workspace=workspace,
+            )
+        try:
+            resolved.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+            # O_NOFOLLOW: the path was resolved above, so a symlink planted here since is refused
+            # instead of followed out of the workspace.
+            fd = os.open(
+                resolved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE
+            )
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            raise InvalidRequest(
+                f"path {preview(path)} cannot be written in the workspace: {exc.strerror}; give "
+                "the path of a file, e.g. 'notes/summary.md'",
+                code="invalid_file_path",
+            ) from exc
         return resolved
 
     def prepare(self, workspace: str, taken: Mapping[str, str]) -> str:

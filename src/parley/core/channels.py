@@ -32,9 +32,13 @@ EndReason = Literal[
     "closed",
     "replied",
     "interrupted",
+    "deleted",
 ]
 END_REASONS: tuple[str, ...] = get_args(EndReason)
-RejectReason = Literal["new_message", "room_deleted", "cancelled", "agent_failed", "publish_failed"]
+# Why a reply was refused (C10). A failing call is not a refused reply: it is recorded with
+# outcome ``failed`` and the runtime's own code, and ends the task failed (C11).
+RejectReason = Literal["new_message", "room_deleted", "cancelled", "publish_failed"]
+REJECT_REASONS: tuple[str, ...] = get_args(RejectReason)
 InvocationOutcome = Literal["accepted", "silent", "rejected", "failed"]
 
 MAX_MEMBERS = 64

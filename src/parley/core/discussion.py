@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from parley.core.channels import MAX_MEMBERS, TRANSCRIPT_WINDOW, ChannelMessage
+from parley.core.channels import (
+    MAX_MEMBERS,
+    TRANSCRIPT_WINDOW,
+    ChannelMessage,
+    EndReason,
+    RejectReason,
+)
 from parley.core.errors import InvalidRequest
 from parley.core.runtime import DONE_MARKER, NO_REPLY, Prompt, TranscriptEntry
 
@@ -19,9 +25,26 @@ MIN_ROUNDS, MAX_ROUNDS = 1, 5
 # Each transcript entry is capped so one huge message cannot blow the prompt; the cap is marked.
 ENTRY_CHAR_CAP = 4000
 TRUNCATION_MARK = " …[truncated]"
+# The whole transcript is bounded too (source 003 §2: per-entry caps and a total budget), so a
+# window of long messages cannot outgrow a model's context; the oldest entries leave first and
+# the task keeps its own section whatever the budget. 128 capped entries could reach ~520k chars.
+TRANSCRIPT_CHAR_BUDGET = 48_000
 
 
-def kickoff(guide: str) -> str:
+# How the initiator finishes, named as each kind of agent sees it: an MCP tool or a function
+# call (agents on an API runtime get the same tool set), the CLI, or the REST route.
+CALLBACK_TOOL = "discuss_callback"
+
+
+def callback_how(channel_id: str) -> str:
+    """The callback, spelled for every surface an initiator may use (source 000 §7.1)."""
+    return (
+        f"     (MCP or function tool {CALLBACK_TOOL}; CLI: parley discuss callback {channel_id} "
+        f"<summary-path>; REST: POST /v1/channels/{channel_id}/callback)"
+    )
+
+
+def kickoff(guide: str, channel_id: str) -> str:
     return f"""[Discussion Started]
 
 This channel was created for a temporary agent discussion.
@@ -34,7 +57,8 @@ Instructions:
 2. Work toward a concrete conclusion.
 3. When the initiator decides the goal has been achieved, the initiator must:
    - write a summary document to a file
-   - call the tool: discuss-callback
+   - call the tool: {CALLBACK_TOOL}
+{callback_how(channel_id)}
    - provide the summary document path
 
 Completion rule:
@@ -52,7 +76,7 @@ IDLE_REMINDER = """[Discussion Idle]
 No agent responded in the latest discussion round.
 If the discussion goal has been achieved, the initiator should now:
 1. write the discussion summary to a file in the workspace
-2. call discuss-callback with the summary file path
+2. call discuss_callback with the summary file path
 
 If more discussion is still needed, continue the discussion in this channel."""
 
@@ -74,7 +98,7 @@ def rounds_ended(reason: str, rounds: int) -> str:
 The discussion rounds stopped: {why}.
 This does not verify any conclusion. The initiator should now:
 1. write the discussion summary to a file in the workspace
-2. call discuss-callback with the summary file path
+2. call discuss_callback with the summary file path
 
 If more discussion is still needed, post in this channel to start more rounds."""
 
@@ -85,7 +109,7 @@ def stale_reminder(idle_minutes: int) -> str:
 This discussion has been idle for {idle_minutes} minutes.
 If the discussion goal has been achieved, the initiator should now:
 1. write the discussion summary to a file in the workspace
-2. call discuss-callback with the summary file path
+2. call discuss_callback with the summary file path
 
 An operator may force-close a discussion that is no longer needed."""
 
@@ -192,6 +216,39 @@ def parse_reply(text: str) -> Reply:
     return Reply(body if body else "(agrees to end the discussion)", silent=False, voted_done=voted)
 
 
+def is_trigger(channel_kind: str, *, sender_kind: str, own_work_channel: bool) -> bool:
+    """Whether a post starts a task (and supersedes the running one).
+
+    In an agent's work channel every message but the agent's own wakes it (C2). In a group or
+    direct channel only a user's message does (source 003 §4: the reply is checked against the
+    room's latest *user* message, and agent messages are only appended and broadcast, never
+    dispatched): an agent's post out of turn is kept and is context for the next speakers, but
+    it neither supersedes the running discussion nor starts one. In a discussion channel the
+    members are agents and any member's post starts more rounds (source 000 §7.2: "continue
+    the discussion in this channel")."""
+    if channel_kind == "work":
+        return not own_work_channel
+    if channel_kind in ("group", "direct"):
+        return sender_kind != "agent"
+    return True
+
+
+def stop_reason(
+    channel_status: str | None, latest_trigger: str | None, trigger_id: str
+) -> tuple[RejectReason, EndReason]:
+    """Why a task's reply is refused or its call abandoned, and how the task then ends (C10).
+    One event gives one code on every path: at the commit check, for an abandoned call, and
+    when a hub that restarts finds the task."""
+    if channel_status is None or channel_status == "deleted":
+        return "room_deleted", "deleted"
+    if channel_status == "closed":
+        # Closed by its callback or by the operator: the rounds were cancelled, not superseded.
+        return "cancelled", "closed"
+    if latest_trigger != trigger_id:
+        return "new_message", "superseded"
+    return "cancelled", "cancelled"
+
+
 @dataclass
 class RoundTally:
     """What happened in one round: who spoke and who voted to end."""
@@ -222,11 +279,40 @@ def transcript_entry(msg: ChannelMessage, names: dict[str, str]) -> TranscriptEn
     )
 
 
+def entry_chars(entry: TranscriptEntry) -> int:
+    """What ``entry`` adds to a prompt: its JSON encoding and the separator before it."""
+    return len(entry.json_text) + 2
+
+
+def window_size(
+    entries: Sequence[TranscriptEntry],
+    *,
+    limit: int = TRANSCRIPT_WINDOW,
+    budget: int = TRANSCRIPT_CHAR_BUDGET,
+) -> int:
+    """How many of the most recent ``entries`` make the transcript: at most ``limit`` of them
+    and at most ``budget`` characters together (C5, Q3)."""
+    used = count = 0
+    for entry in reversed(entries[-limit:] if limit else ()):
+        used += entry_chars(entry)
+        if used > budget:
+            break
+        count += 1
+    return count
+
+
 def transcript_window(
-    messages: Sequence[ChannelMessage], window: int = TRANSCRIPT_WINDOW
+    messages: Sequence[ChannelMessage],
+    window: int = TRANSCRIPT_WINDOW,
+    *,
+    names: dict[str, str] | None = None,
+    budget: int = TRANSCRIPT_CHAR_BUDGET,
 ) -> list[ChannelMessage]:
-    """The most recent ``window`` messages (C5)."""
-    return list(messages[-window:])
+    """The most recent ``window`` messages (C5) that fit the transcript's character budget."""
+    recent = messages[-window:] if window else []
+    entries = [transcript_entry(m, names or {}) for m in recent]
+    size = window_size(entries, limit=window, budget=budget)
+    return list(recent[len(recent) - size :])
 
 
 def build_prompt(

@@ -140,7 +140,7 @@ class HubAlreadyRunning(OperatorError):
     code = "hub_already_running"
 
 
-FailureReason = Literal["error", "stop_reason", "empty", "timeout", "cancelled"]
+FailureReason = Literal["error", "stop_reason", "empty", "timeout", "cancelled", "tool_rounds"]
 
 
 class RuntimeFailure(ParleyError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
+import pydantic_core
 from pydantic import BaseModel, Field
 
 from parley.core.errors import Conflict, InvalidRequest, UnknownKind
@@ -19,35 +20,12 @@ from parley.core.limits import (
     StorableObject,
     StorableText,
     check_size,
-    json_bytes,
 )
-
-MailroomKind = Literal["task", "report", "handoff", "blocker", "notice"]
-SessionKind = Literal[
-    "task-dispatch",
-    "task-result",
-    "cancel",
-    "takeover",
-    "context-inject",
-    "status-update",
-    "info",
-]
-MailKind = Literal[
-    "task",
-    "report",
-    "handoff",
-    "blocker",
-    "notice",
-    "task-dispatch",
-    "task-result",
-    "cancel",
-    "takeover",
-    "context-inject",
-    "status-update",
-    "info",
-    "minutes",
-]
-MAIL_KINDS: tuple[str, ...] = get_args(MailKind)
+from parley.core.mail_kinds import DEFAULT_TTL_SECONDS as DEFAULT_TTL_SECONDS
+from parley.core.mail_kinds import MAIL_KINDS as MAIL_KINDS
+from parley.core.mail_kinds import MailKind as MailKind
+from parley.core.mail_kinds import MailroomKind as MailroomKind
+from parley.core.mail_kinds import SessionKind as SessionKind
 
 MailStatus = Literal["pending", "delivered", "read", "in_progress", "closed", "expired", "failed"]
 MAIL_STATUSES: tuple[str, ...] = get_args(MailStatus)
@@ -55,7 +33,6 @@ FromKind = Literal["agent", "human", "system", "external"]
 ToKind = Literal["agent", "session", "channel", "broadcast"]
 CopyReason = Literal["cc", "blocker", "broadcast", "channel", "redeliver"]
 
-DEFAULT_TTL_SECONDS = 86400
 MAX_TTL_SECONDS = 365 * 86400
 BROADCAST_TO = "*"
 
@@ -138,9 +115,16 @@ class SendRequest(BaseModel):
     def checked_size(self, *, payload_max: int, message_max: int) -> int:
         """Refuse a payload or a whole message over the limits (bytes of compact JSON); returns
         the size of one stored copy."""
-        check_size(json_bytes(self.payload), payload_max, "the payload", code="payload_too_large")
+        # pydantic-core's encoder gives the same compact UTF-8 JSON as ``json_bytes`` at a fifth
+        # of the cost, and every send pays for it (bench/mail.py).
+        check_size(
+            len(pydantic_core.to_json(self.payload)),
+            payload_max,
+            "the payload",
+            code="payload_too_large",
+        )
         return check_size(
-            json_bytes(self.model_dump(mode="json")),
+            len(pydantic_core.to_json(self)),
             message_max,
             "the message (subject, body, payload, labels…)",
             code="message_too_large",

@@ -11,9 +11,15 @@ related, fixes (in that order; closed, related and fixes left out when empty), `
 is written ``ceo`` and a broadcast's recipient ``all``, as mailroom files have always named
 them. Whatever else of a message those ten keys cannot hold is written after them, only when
 present (``recipient``, ``subject``, ``labels``, ``parent``, ``correlation``, ``cc``, ``ttl``,
-``failure``, ``payload``), so that export then import keeps it; keys a reader does not know are
-ignored. Delivery timestamps and sub-minute precision are not part of the format. The YAML is
-written here by hand so the same messages always give the same bytes.
+``failure``, ``payload``, then ``from_kind``, ``created_at``, ``delivered_at``, ``read_at``,
+``consumed_at``, ``closed_at``, ``idempotency_key``, ``copy_of``, ``copy_reason``,
+``all_labels`` and ``seq``), so that export then import is exact (M9); keys a reader does not
+know are ignored. ``created`` and ``closed`` stay to the minute as the seed wrote them; the
+``*_at`` keys are exact ISO-8601 UTC times to the microsecond and win over them; ``created_at``
+and ``closed_at`` are left out when ``created`` and ``closed`` say it all. ``all_labels`` is
+written only when ``wave``, ``fixes`` and ``labels`` would read back in another order. Files of
+older exports, without these keys, still import. The YAML is written here by hand so the same
+messages always give the same bytes.
 
 This module is pure: it turns messages into ``{relative_path: file_text}`` and files back into
 messages; the service reads and writes the store.
@@ -34,6 +40,7 @@ from pydantic import BaseModel, Field, ValidationError
 from parley.core import mail as m
 from parley.core.errors import InvalidRequest
 from parley.core.identity import OPERATOR_ID, SYSTEM_ID
+from parley.core.limits import MAX_SEQ
 from parley.core.mail import Message
 
 OPERATOR_NAME = "ceo"
@@ -63,7 +70,20 @@ EXTRA_KEYS = (
     "ttl",
     "failure",
     "payload",
+    "from_kind",
+    "created_at",
+    "delivered_at",
+    "read_at",
+    "consumed_at",
+    "closed_at",
+    "idempotency_key",
+    "copy_of",
+    "copy_reason",
+    "all_labels",
+    "seq",
 )
+# Optional keys whose empty text is a value of its own, not an absent one.
+_TEXT_KEYS = frozenset({"parent", "correlation", "failure", "idempotency_key", "copy_of"})
 WAVE_PREFIX = "wave:"
 FIX_PREFIX = "fix:"
 ID_MAX = 64
@@ -112,6 +132,10 @@ class ImportResult(BaseModel):
 class ParsedMailroom(BaseModel):
     messages: list[Message]
     ignored: list[str]
+    guessed_from_kind: set[str] = Field(
+        default_factory=set,
+        description="ids of messages whose file has no from_kind (older exports): a guess",
+    )
 
 
 # -- export ----------------------------------------------------------------------------------
@@ -121,8 +145,8 @@ def export_files(messages: Iterable[Message]) -> dict[str, str]:
     """Render messages as mailroom files, keyed by relative path in sorted order.
 
     Names that collide in one folder get ``-2``, ``-3``… in the order (created minute, id): the
-    minute is all the file keeps of the time, so a re-export of the imported files numbers them
-    the same way.
+    minute is all a seed-era file keeps of the time, so a re-export of imported files, old or
+    new, numbers them the same way.
     """
     by_folder: dict[str, list[tuple[str, str, Message]]] = {}
     for msg in messages:
@@ -150,7 +174,7 @@ def folder_of(msg: Message) -> str:
 
 def base_name(msg: Message) -> str:
     """``<YYYY-MM-DDTHHmm>-<kind>-<from>-to-<to>`` (UTC), without the extension."""
-    stamp = msg.created.astimezone(UTC).strftime("%Y-%m-%dT%H%M")
+    stamp = _minute(msg.created).replace(":", "")
     sender = _name_part(name_of(msg.from_id))
     to = _name_part(address_of(msg))
     return f"{stamp}-{msg.kind}-{sender}-to-{to}"
@@ -169,6 +193,9 @@ def address_of(msg: Message) -> str:
 def render(msg: Message) -> str:
     """One message as a mailroom file."""
     wave, fixes, labels = _split_labels(msg.labels)
+    # What the reader rebuilds from wave, fixes and labels; all_labels keeps any other order.
+    wave_label = [f"{WAVE_PREFIX}{wave}"] if wave is not None else []
+    rebuilt = [f"{FIX_PREFIX}{fix}" for fix in fixes] + labels
     fields: list[tuple[str, str | list[str] | None]] = [
         ("id", msg.id),
         ("from", name_of(msg.from_id)),
@@ -198,8 +225,20 @@ def render(msg: Message) -> str:
         ("ttl", None if msg.ttl_seconds == m.DEFAULT_TTL_SECONDS else str(msg.ttl_seconds)),
         ("failure", msg.failure_reason),
         ("payload", _payload_text(msg.payload) if msg.payload else None),
+        ("from_kind", msg.from_kind),
+        ("created_at", None if _whole_minute(msg.created) else _exact(msg.created)),
+        ("delivered_at", _exact(msg.delivered_at)),
+        ("read_at", _exact(msg.read_at)),
+        ("consumed_at", _exact(msg.consumed_at)),
+        ("closed_at", None if _whole_minute(msg.closed_at) else _exact(msg.closed_at)),
+        ("idempotency_key", msg.idempotency_key),
+        ("copy_of", msg.copy_of),
+        ("copy_reason", msg.copy_reason),
+        ("all_labels", None if [*wave_label, *rebuilt] == msg.labels else list(msg.labels)),
+        ("seq", str(msg.seq) if msg.seq else None),
     ]
-    fields += [(k, v) for k, v in optional if v]
+    # An empty text is a value (a failure reason of ""); an empty list is no value.
+    fields += [(k, v) for k, v in optional if v or (isinstance(v, str) and k in _TEXT_KEYS)]
     lines = ["---"]
     for key, value in fields:
         lines += _yaml_lines(key, value)
@@ -222,7 +261,20 @@ def _split_labels(labels: list[str]) -> tuple[str | None, list[str], list[str]]:
 
 
 def _minute(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
+    # isoformat, not strftime: strftime writes year 1 as '1', which no reader parses.
+    return at.astimezone(UTC).isoformat(timespec="minutes")[:16]
+
+
+def _whole_minute(at: datetime | None) -> bool:
+    """Whether the seed's minute says all of the time (an absent time needs no exact key)."""
+    return at is None or (at.second == 0 and at.microsecond == 0)
+
+
+def _exact(at: datetime | None) -> str | None:
+    """A time as exact ISO-8601 UTC, to the microsecond: ``2026-05-31T14:30:59.123456Z``."""
+    if at is None:
+        return None
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _payload_text(payload: dict[str, Any]) -> str:
@@ -293,13 +345,15 @@ def _name_part(name: str) -> str:
 
 
 def parse_files(files: Mapping[str, str]) -> ParsedMailroom:
-    """Parse mailroom files into messages (``seq`` 0, ``from_kind`` a guess the service refines).
+    """Parse mailroom files into messages (``from_kind`` a guess the service refines where the
+    file does not state it, ``seq`` 0 where it does not state it).
 
     Paths outside ``inbox/<id>/*.md`` and ``archive/<label>/*.md`` are listed as ignored; a file
     in those folders that is not valid refuses the whole import, naming the file.
     """
     messages: list[Message] = []
     ignored: list[str] = []
+    guessed: set[str] = set()
     seen: dict[str, str] = {}
     for path in sorted(files):
         parts = path.split("/")
@@ -309,7 +363,9 @@ def parse_files(files: Mapping[str, str]) -> ParsedMailroom:
         if parts[1] in ("", ".", ".."):
             raise _invalid(path, f"folder {parts[1]!r} is not an agent id or a label")
         folder = unquote(parts[1])
-        msg = parse_file(path, files[path], in_archive=parts[0] == ARCHIVE, folder=folder)
+        msg, stated = _parse(path, files[path], in_archive=parts[0] == ARCHIVE, folder=folder)
+        if not stated:
+            guessed.add(msg.id)
         if msg.id in seen:
             raise InvalidRequest(
                 f"message id {msg.id!r} appears in both {seen[msg.id]!r} and {path!r}; "
@@ -319,11 +375,16 @@ def parse_files(files: Mapping[str, str]) -> ParsedMailroom:
             )
         seen[msg.id] = path
         messages.append(msg)
-    return ParsedMailroom(messages=messages, ignored=ignored)
+    return ParsedMailroom(messages=messages, ignored=ignored, guessed_from_kind=guessed)
 
 
 def parse_file(path: str, text: str, *, in_archive: bool, folder: str) -> Message:
     """One mailroom file as a message; ``folder`` is the decoded inbox owner or archive label."""
+    return _parse(path, text, in_archive=in_archive, folder=folder)[0]
+
+
+def _parse(path: str, text: str, *, in_archive: bool, folder: str) -> tuple[Message, bool]:
+    """A file as a message, and whether the file stated the sender's kind."""
     front, markdown = _split_front(path, text)
     try:
         data = yaml.load(front, Loader=_StringLoader)
@@ -370,12 +431,14 @@ def parse_file(path: str, text: str, *, in_archive: bool, folder: str) -> Messag
     labels = [f"{WAVE_PREFIX}{wave}"] if wave else []
     labels += [f"{FIX_PREFIX}{fix}" for fix in f.strings("fixes")]
     labels += f.strings("labels")
+    all_labels = f.strings("all_labels")
     from_id = _principal(f.required("from"))
+    from_kind = f.optional("from_kind")
     values: dict[str, Any] = {
         "id": f.required("id"),
-        "created": f.time("created", required=True),
+        "created": f.time("created_at", required=False) or f.time("created", required=True),
         "ttl_seconds": f.ttl(),
-        "from_kind": _guess_from_kind(from_id),
+        "from_kind": from_kind or _guess_from_kind(from_id),
         "from_id": from_id,
         "to_kind": to_kind,
         "to_id": to_id,
@@ -385,14 +448,21 @@ def parse_file(path: str, text: str, *, in_archive: bool, folder: str) -> Messag
         "subject": subject,
         "body": body,
         "payload": f.payload(),
-        "parent_message_id": f.optional("parent"),
-        "correlation_id": f.optional("correlation"),
+        "parent_message_id": f.optional("parent", allow_empty=True),
+        "correlation_id": f.optional("correlation", allow_empty=True),
         "related": f.strings("related"),
-        "labels": labels,
+        "labels": all_labels if "all_labels" in f.data else labels,
         "status": status,
-        "closed_at": f.time("closed", required=False),
-        "failure_reason": f.optional("failure"),
+        "delivered_at": f.time("delivered_at", required=False),
+        "read_at": f.time("read_at", required=False),
+        "consumed_at": f.time("consumed_at", required=False),
+        "closed_at": f.time("closed_at", required=False) or f.time("closed", required=False),
+        "failure_reason": f.optional("failure", allow_empty=True),
+        "idempotency_key": f.optional("idempotency_key", allow_empty=True),
         "archive_label": archive_label,
+        "copy_of": f.optional("copy_of", allow_empty=True),
+        "copy_reason": f.optional("copy_reason"),
+        "seq": f.seq(),
     }
     _check_lengths(path, values)
     try:
@@ -403,7 +473,7 @@ def parse_file(path: str, text: str, *, in_archive: bool, folder: str) -> Messag
         _ = msg.expires_at  # a 'created' near year 9999 plus the ttl overflows the calendar
     except OverflowError:
         raise _invalid(path, "its 'created' time plus its 'ttl' lies beyond year 9999") from None
-    return msg
+    return msg, from_kind is not None
 
 
 def address_of_parts(to_kind: str, to_id: str) -> str:
@@ -471,6 +541,8 @@ def _check_lengths(path: str, values: dict[str, Any]) -> None:
         "parent_message_id": ID_MAX,
         "correlation_id": LABEL_MAX,
         "archive_label": LABEL_MAX,
+        "idempotency_key": LABEL_MAX,
+        "copy_of": ID_MAX,
     }
     for key, limit in limits.items():
         value = values[key]
@@ -505,7 +577,7 @@ class _Fields:
             return []
         if isinstance(value, str):
             return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise _invalid(self.path, f"'{key}' must be a list of values, not {value!r}")
         return list(value)
 
@@ -523,8 +595,21 @@ class _Fields:
             return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
         except (ValueError, OverflowError) as exc:
             raise _invalid(
-                self.path, f"'{key}' {text!r} is not a time; write YYYY-MM-DDTHH:MM (UTC)"
+                self.path,
+                f"'{key}' {text!r} is not a time; write YYYY-MM-DDTHH:MM (UTC) or an exact "
+                "ISO-8601 time such as 2026-05-31T14:30:59.123456Z",
             ) from exc
+
+    def seq(self) -> int:
+        """The inbox position the mail had where it was exported (0 when not written)."""
+        text = self.optional("seq")
+        if text is None:
+            return 0
+        if not (text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= MAX_SEQ):
+            raise _invalid(
+                self.path, f"'seq' {text!r} is not an inbox position from 0 to {MAX_SEQ}"
+            )
+        return int(text)
 
     def ttl(self) -> int:
         text = self.optional("ttl")

@@ -41,6 +41,11 @@ class Tx(Protocol):
     def insert(self, name: str, record: BaseModel) -> None: ...
     async def get(self, name: str, key: str, *, for_update: bool = False) -> Any: ...
     async def update(self, name: str, key: str, **values: Any) -> int: ...
+    async def delete(self, name: str, key: str) -> int:
+        """Delete one record by id; only for records that are not history (a room membership,
+        a brief past the board's cap)."""
+        ...
+
     async def select(
         self, name: str, *where: Any, order_by: Sequence[Any] = (), limit: int | None = None
     ) -> list[Any]: ...
@@ -155,6 +160,13 @@ class Workspace(Protocol):
         """Resolve ``path`` (relative to the workspace, or absolute) with ``..`` and symlinks
         resolved; raise if it does not exist or lies outside the workspace, without saying
         where it leads."""
+        ...
+
+    def write_inside(self, workspace: str, path: str, data: bytes) -> Path:
+        """Write ``data`` to ``path`` (relative to the workspace, or absolute) once it resolves
+        inside the workspace, creating missing directories (0700) and a new file 0600; return
+        the resolved path. Raise PermissionDenied (``file_outside_workspace``) for a path that
+        leads outside, InvalidRequest (``invalid_file_path``) for one that cannot be a file."""
         ...
 
     def prepare(self, workspace: str, taken: Mapping[str, str]) -> str:

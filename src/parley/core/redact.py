@@ -38,7 +38,9 @@ _WORD_BREAK = re.compile(r"[_\-\s.]+|(?<=[a-z0-9])(?=[A-Z])")
 # Shortest value scrubbed literally from text: shorter ones would redact ordinary words.
 _MIN_LITERAL = 4
 
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s'\"<>]*@")
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s'\"<>]*@"
+)
 _URL_USERINFO_PART = re.compile(r"://(?P<userinfo>[^/?#\s'\"<>]*)@")
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic|Token|Digest)\s+[A-Za-z0-9._~+/=-]{4,}")
 _KNOWN_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?P<prefix>pt_|sk-)[A-Za-z0-9_-]{8,}")
@@ -48,10 +50,13 @@ _PLAIN_VALUE = r"[^\s\"'&,;<>(){}\[\]]+"
 # "Authorization: Bearer <token>" is left whole).
 _BARE_VALUE = rf"(?:{_SCHEME_WORD}{_PLAIN_VALUE}|(?!{_SCHEME_WORD}){_PLAIN_VALUE})"
 _VALUE = rf"(?:(?P<vq>[\"'])(?P<quoted>[^\"'\n]*)(?P=vq)|{_BARE_VALUE})"
+# Every name-like group starts only where a name cannot continue (a lookbehind, not ``\b``) and
+# is bounded in length: otherwise a failed match is retried from each character of a long run
+# and scans to its end, quadratic in a long log line (a 16 kB run took seconds per line).
 # ``name=value`` (queries, environments, command lines), ``"name": "value"`` (JSON, reprs) and
 # ``("name", "value")`` (header lists).
 _ASSIGNED = re.compile(
-    r"(?P<lead>(?P<q>[\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
+    r"(?P<lead>(?P<q>[\"']?)(?P<name>(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P=q)"
     r"(?:\s*=\s*|(?<=[\"'])\s*[:,]\s*b?))"
     rf"{_VALUE}"
 )
@@ -63,7 +68,8 @@ _FLAG = re.compile(
 # before a colon is often prose or a validation message ("api_key: Input should be…"), so only
 # header-shaped names count here.
 _HEADER = re.compile(
-    r"(?P<lead>\b(?P<name>[A-Za-z]+(?:-[A-Za-z]+)+|Authorization|Cookie):[ \t]*)"
+    r"(?P<lead>(?<![A-Za-z-])"
+    r"(?P<name>[A-Za-z]{1,40}(?:-[A-Za-z]{1,40}){1,7}|Authorization|Cookie):[ \t]*)"
     rf"{_VALUE}",
     re.IGNORECASE,
 )

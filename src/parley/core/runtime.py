@@ -79,6 +79,39 @@ class AgentProfile:
     runtime: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a runtime may offer its model: the name, the description the model reads and
+    the JSON schema of its arguments object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool call gave back, as the model reads it: JSON on success, ``code: message``
+    when the hub refused it (the model sees the refusal and the turn goes on)."""
+
+    text: str
+    is_error: bool = False
+
+
+class ToolBox(Protocol):
+    """The hub's tools for one agent's turn, executed as that agent (W9). A runtime that
+    supports function calling offers ``specs()`` to its model, runs each call through ``call``
+    and gives up after ``max_rounds`` rounds of calls."""
+
+    max_rounds: int
+    guide: str
+    """A paragraph for the system prompt: how tools and the turn's answer relate."""
+
+    def specs(self) -> tuple[ToolSpec, ...]: ...
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ToolOutput: ...
+
+
 class CancelSignal(Protocol):
     """Set when the turn is no longer wanted (superseded, cancelled, closed)."""
 
@@ -104,6 +137,9 @@ class Turn:
     # What the runtime asked to keep for this logical session last time (e.g. a Claude Code
     # session id to resume); the hub stores it in ``LogicalSession.runtime_state``.
     runtime_state: dict[str, Any] = field(default_factory=dict)
+    # The hub's tools, for runtimes that call a model with function calling (openai,
+    # anthropic); None when the agent is offered none.
+    tools: ToolBox | None = None
 
 
 @dataclass(frozen=True)

@@ -68,13 +68,22 @@ class Channels:
             or caller.id == channel.owner_agent_id
         )
 
-    async def get(self, caller: Principal, channel_id: str, tx: Tx | None = None) -> Channel:
+    async def get(
+        self,
+        caller: Principal,
+        channel_id: str,
+        tx: Tx | None = None,
+        *,
+        include_deleted: bool = False,
+    ) -> Channel:
+        """A channel the caller may see; a deleted one only with ``include_deleted`` (its
+        tasks and their traces stay readable for the record)."""
         if tx is None:
             async with self.ctx.store.read() as rtx:
                 channel = await rtx.get_channel(channel_id)
         else:
             channel = await tx.get_channel(channel_id)
-        if channel is None or channel.status == "deleted":
+        if channel is None or (channel.status == "deleted" and not include_deleted):
             raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
         if not self.can_see(caller, channel):
             raise PermissionDenied(
@@ -179,6 +188,48 @@ class Channels:
                 payload={**values, "members": channel.members},
             )
             return channel.model_copy(update=values)
+
+        return await self.ctx.store.write(job)
+
+    async def delete(self, caller: Principal, channel_id: str) -> Channel:
+        """Delete a group or direct channel (source 003's room deletion), by its creator or the
+        operator. Its messages are kept for the record and no longer listed; a running
+        discussion ends ``deleted`` and a reply still on its way is refused ``room_deleted``."""
+        assert self.runner is not None
+        runner = self.runner
+
+        async def job(tx: Tx) -> Channel:
+            channel = await tx.get_channel(channel_id, for_update=True)
+            if channel is None or channel.status == "deleted" or not self.can_see(caller, channel):
+                raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            if channel.kind not in ("group", "direct"):
+                hint = {
+                    "work": "an agent's work channel lives as long as the agent",
+                    "discussion": "close a discussion instead (force-close, operator)",
+                }.get(channel.kind, "it is not a group")
+                raise Conflict(
+                    f"channel {channel_id!r} is a {channel.kind} channel and cannot be deleted; "
+                    f"{hint}",
+                    code="channel_not_deletable",
+                )
+            if not (caller.is_operator or caller.id == channel.created_by):
+                raise PermissionDenied(
+                    f"only the channel's creator {channel.created_by!r} or the operator may "
+                    f"delete channel {channel_id!r}",
+                    code="channel_owner_only",
+                )
+            await tx.update("channels", channel_id, status="deleted")
+            # The running task's reply is then refused at its commit (the claim requires an
+            # active channel); the flag stops the loop before its next speaker.
+            stopped = await runner.supersede_running(tx, channel_id)
+            self.ctx.events.record(
+                tx,
+                "channel.deleted",
+                actor=caller.id,
+                subject=f"channel:{channel_id}",
+                payload={"kind": channel.kind, "tasks_stopped": stopped},
+            )
+            return channel.model_copy(update={"status": "deleted"})
 
         return await self.ctx.store.write(job)
 

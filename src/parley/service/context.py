@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from parley.config import Settings
 from parley.core.ports import Bus, Clock, Store, Workspace
 from parley.service.events import EventLog
+from parley.service.metrics import HubMetrics
 from parley.service.quotas import SendQuotas
 
 
@@ -19,7 +20,9 @@ class ServiceContext:
     events: EventLog
     workspace: Workspace
     quotas: SendQuotas = field(init=False)
+    metrics: HubMetrics = field(default_factory=HubMetrics)
 
     def __post_init__(self) -> None:
         # One set of quotas per hub process, shared by every service that stores a sender's text.
         self.quotas = SendQuotas(self.clock, self.settings)
+        self.events.on_recorded = self.metrics.event_recorded

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.core import discussion as d
-from parley.core.channels import Channel
+from parley.core.channels import Channel, LogicalSession
 from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
@@ -137,16 +137,26 @@ class Discussions:
             await tx.flush()
             await tx.set_members(channel_id, all_members)
             kickoff = await self.channels.post_as_moderator(
-                tx, channel_id, d.kickoff(discuss_guide or ""), trigger=True
+                tx, channel_id, d.kickoff(discuss_guide or "", channel_id), trigger=True
             )
             await self.runner.start_task(tx, channel, kickoff)
             return channel
 
         return await self.ctx.store.write(job)
 
-    async def callback(self, caller: Principal, channel_id: str, summary_path: str) -> Channel:
-        """C8: only from the discussion channel, by its initiator, with a summary file that
-        exists inside the initiator's workspace, once. Each refusal has its own code."""
+    async def callback(
+        self,
+        caller: Principal,
+        channel_id: str,
+        summary_path: str,
+        *,
+        session_id: str | None = None,
+    ) -> Channel:
+        """C8: only from the discussion channel, by its initiator's session, with a summary file
+        that exists inside the initiator's workspace, once. Each refusal has its own code.
+
+        ``session_id`` is the session the call comes from (the turn's session, or the one a REST
+        caller names); None means the caller's session in the discussion channel itself."""
 
         async def job(tx: Tx) -> Channel:
             channel = await tx.get_channel(channel_id, for_update=True)
@@ -165,6 +175,7 @@ class Discussions:
                     f"discussion; {caller.id!r} is a participant",
                     code="not_initiator",
                 )
+            await self._check_session(tx, caller, channel, session_id)
             if meta.get("status") != "active":
                 raise Conflict(
                     f"discussion {channel_id!r} is already {meta.get('status')!r}; a "
@@ -180,16 +191,32 @@ class Discussions:
                 )
             resolved = self.ctx.workspace.resolve_inside(initiator.workspace, summary_path)
             now = self.ctx.clock.now()
-            meta.update({"summaryPath": str(resolved), "status": "closed", "completedAt": iso(now)})
-            await tx.update("channels", channel_id, metadata=meta, status="closed")
-            await self._silence_sessions(tx, channel)
-            await self.runner.supersede_running(tx, channel_id)
+            # Source 000 §11: active -> completed (the callback succeeded) -> closed (kept for
+            # the record). Both states are recorded with their time, in this order.
+            meta.update(
+                {"summaryPath": str(resolved), "status": "completed", "completedAt": iso(now)}
+            )
             self.ctx.events.record(
                 tx,
                 "discussion.completed",
                 actor=caller.id,
                 subject=f"channel:{channel_id}",
-                payload={"summaryPath": str(resolved), "origin": meta["originChannelId"]},
+                payload={
+                    "summaryPath": str(resolved),
+                    "origin": meta["originChannelId"],
+                    "completedAt": meta["completedAt"],
+                },
+            )
+            meta.update({"status": "closed", "closedAt": iso(self.ctx.clock.now())})
+            await tx.update("channels", channel_id, metadata=meta, status="closed")
+            await self._silence_sessions(tx, channel)
+            await self.runner.supersede_running(tx, channel_id)
+            self.ctx.events.record(
+                tx,
+                "discussion.closed",
+                actor=caller.id,
+                subject=f"channel:{channel_id}",
+                payload={"closedAt": meta["closedAt"], "after": "completed"},
             )
             # C9: the result-ready message in the origin channel wakes the origin session.
             origin = await tx.get_channel(meta["originChannelId"], for_update=True)
@@ -205,6 +232,36 @@ class Discussions:
             return channel.model_copy(update={"metadata": meta, "status": "closed"})
 
         return await self.ctx.store.write(job)
+
+    async def _check_session(
+        self, tx: Tx, caller: Principal, channel: Channel, session_id: str | None
+    ) -> None:
+        """Only the initiator's session may finish (source 000 §8.2): the one the discussion was
+        opened from (``initiatorSessionId``, in the origin channel) or its continuation in the
+        discussion channel; another conversation of the same agent may not."""
+        if session_id is None:
+            return  # the call names the discussion channel: it comes from there
+        session: LogicalSession | None = await tx.get("sessions", session_id)
+        if session is None or session.agent_id != caller.id:
+            raise NotFound(f"{caller.id!r} has no session {session_id!r}", code="session_not_found")
+        meta = channel.metadata
+        if session.id == meta.get("initiatorSessionId") or session.channel_id == channel.id:
+            return
+        raise PermissionDenied(
+            f"discussion {channel.id!r} was opened by session "
+            f"{meta.get('initiatorSessionId')!r} of {caller.id!r} in channel "
+            f"{meta.get('originChannelId')!r}; this call comes from its session {session.id!r} "
+            f"in channel {session.channel_id!r}. Call discuss_callback from your turn in the "
+            "discussion channel or in the channel you opened it from",
+            code="not_initiator_session",
+        )
+
+    async def session_in(self, caller: Principal, channel_id: str) -> str | None:
+        """The id of the caller's session in a channel, if it has one (the session a call made
+        during a turn in that channel comes from)."""
+        async with self.ctx.store.read() as tx:
+            session = await tx.session_for(caller.id, channel_id)
+        return session.id if session is not None else None
 
     async def _silence_sessions(self, tx: Tx, channel: Channel) -> None:
         """Override every member's session in this channel to NO_REPLY — a per-session override,

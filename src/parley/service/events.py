@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from parley.core.events import Event
@@ -15,6 +17,8 @@ class EventLog:
     def __init__(self, clock: Clock, bus: Bus) -> None:
         self.clock = clock
         self.bus = bus
+        # Told of every committed event (the hub's metrics count them).
+        self.on_recorded: Callable[[Event], None] | None = None
 
     def record(
         self,
@@ -42,6 +46,8 @@ class EventLog:
         tx.insert("events", event)
         data = {"type": "event", "event": event.model_dump(mode="json")}
         tx.after_commit(lambda: self.bus.publish("hub", data))
+        if self.on_recorded is not None:
+            tx.after_commit(functools.partial(self.on_recorded, event))
         return event
 
     async def query(

@@ -22,7 +22,11 @@ from parley.service.identity import Identity
 from parley.service.invitations import Invitations
 from parley.service.mail import Mail
 from parley.service.mailroom import Mailroom
+from parley.service.meetings import Meetings
+from parley.service.pulse import Pulse
+from parley.service.rooms import Rooms
 from parley.service.tasks import TaskRunner
+from parley.service.tools.toolbox import TurnToolBoxes
 from parley.service.turns import RemoteRuntime, Turns
 
 log = logging.getLogger("parley.hub")
@@ -75,11 +79,27 @@ class Hub:
         self.tasks = TaskRunner(self.ctx, self.identity, self.channels, self.runtime_for, self.id)
         self.channels.runner = self.tasks
         self.tasks.notify_idle_agent = self._notify_idle_agent
+        self.tasks.toolbox_for = TurnToolBoxes(self).for_turn
         self.tasks.on_finished.append(self._remind_initiator)
         self.discussions = Discussions(
             self.ctx, self.identity, self.channels, self.tasks, self.mail
         )
         self.invitations = Invitations(self.ctx, self.identity, self.channels, self.mail)
+        self.rooms = Rooms(self.ctx, self.identity, self.channels, self._in_flight)
+        self.meetings = Meetings(
+            self.ctx,
+            self.identity,
+            self.channels,
+            self.tasks,
+            self.mail,
+            self.rooms,
+            self.runtime_for,
+            self.runtimes.get,
+            self.id,
+        )
+        self.pulse = Pulse(self.ctx, self.identity, self.mail, self.rooms, self.meetings)
+        # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
+        self.tasks.on_finished.append(self.meetings.on_task_finished)
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False
@@ -99,6 +119,11 @@ class Hub:
         if kind == "none":
             return None
         return self.runtimes.get(agent.id, agent.runtime)
+
+    def _in_flight(self, agent_id: str) -> bool:
+        """Whether this hub has a turn of the agent in flight (a remote agent's pending turn is
+        driven by a task too): what "working" means for a room member."""
+        return any(agent_id in live.task.members for live in self.tasks.live.values())
 
     def _store_operator_token(self, token: str) -> None:
         """Rewrite the operator token file after a rotation: the CLI on this machine reads it,
@@ -163,9 +188,12 @@ class Hub:
         await self.ctx.store.mark_alive(self.id)
         self.operator_token = await self.identity.bootstrap_operator()
         await self.tasks.recover()
+        await self.meetings.recover()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
             self._every(self.settings.stale_sweep_s, self.discussions.remind_stale, "stale")
+            if self.settings.room_pulse_s > 0:
+                self._every(self.settings.room_pulse_s, self.pulse.pulse_all, "pulse")
         self.started = True
 
     def _every(self, seconds: float, fn: Callable[[], Awaitable[object]], name: str) -> None:
@@ -186,6 +214,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._background.clear()
+        await self.meetings.stop_all()
         await self.tasks.stop()
         await self.runtimes.aclose()
         await self.ctx.bus.close()

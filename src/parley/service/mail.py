@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +39,15 @@ def inbox_topic(principal_id: str) -> str:
     return f"inbox:{principal_id}"
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What a send did: the message, and whether it is the original of an idempotent resend
+    (``replayed``) rather than mail sent just now."""
+
+    message: Message
+    replayed: bool
+
+
 def _from_kind(p: Principal) -> m.FromKind:
     return "agent" if p.kind == "agent" else "human"
 
@@ -53,6 +63,11 @@ class Mail:
     async def send(self, caller: Principal, req: SendRequest) -> Message:
         """Send mail as ``caller`` (never as anyone else). With an idempotency key, a resend
         returns the original message instead of a duplicate (M6)."""
+        return (await self.send_or_replay(caller, req)).message
+
+    async def send_or_replay(self, caller: Principal, req: SendRequest) -> Sent:
+        """``send``, telling whether the message is new or the original of an idempotent
+        resend, so that a surface can answer the two differently (REST: 201 or 200)."""
         kind = m.check_kind(req.kind)
         to_kind, to_id = m.parse_address(req.to)
         for cc in req.cc:
@@ -79,7 +94,7 @@ class Mail:
                 existing = await tx.message_by_idempotency(caller.id, req.idempotency_key)
             if existing is None:
                 raise
-            return existing
+            return Sent(existing, replayed=True)
         except Exception:
             # Nothing was stored. A cancelled request keeps its charge: its job may still commit.
             ticket.refund()
@@ -95,11 +110,11 @@ class Mail:
         to_id: str,
         size: int,
         ticket: Ticket,
-    ) -> Message:
+    ) -> Sent:
         if req.idempotency_key is not None:
             existing = await tx.message_by_idempotency(caller.id, req.idempotency_key)
             if existing is not None:
-                return existing
+                return Sent(existing, replayed=True)
         now = self.ctx.clock.now()
         recipients = await self._recipients(tx, caller, to_kind, to_id, now)
         copies: list[tuple[str, m.CopyReason | None]] = [(recipients[0], None)]
@@ -157,7 +172,7 @@ class Mail:
             },
             trace_id=req.correlation_id,
         )
-        return primary
+        return Sent(primary, replayed=False)
 
     async def deliver_system(
         self,
@@ -433,7 +448,8 @@ class Mail:
         self, caller: Principal, message_id: str, status: str, *, label: str | None = None
     ) -> Message:
         """Move one's own message forward: read → in_progress → closed (closing archives it,
-        optionally under a label). Nobody deletes mail (M3)."""
+        optionally under a label). The operator manages everyone's mail the same way (M4, the
+        seed's CEO); the event names who acted and whose mail it is. Nobody deletes mail (M3)."""
         if label is not None:
             check_text(label, "label")
 
@@ -441,10 +457,10 @@ class Mail:
             msg: Message | None = await tx.get("messages", message_id, for_update=True)
             if msg is None:
                 raise NotFound(f"no message {message_id!r}", code="message_not_found")
-            if msg.recipient_id != caller.id:
+            if msg.recipient_id != caller.id and not caller.is_operator:
                 raise PermissionDenied(
-                    f"only the recipient {msg.recipient_id!r} may change the status of message "
-                    f"{message_id!r}",
+                    f"only the recipient {msg.recipient_id!r} (or the operator) may change the "
+                    f"status of message {message_id!r}",
                     code="not_recipient",
                 )
             if msg.status == "expired":
@@ -470,7 +486,12 @@ class Mail:
                 "mail.status_changed",
                 actor=caller.id,
                 subject=f"message:{message_id}",
-                payload={"from": msg.status, "to": status, "label": values.get("archive_label")},
+                payload={
+                    "from": msg.status,
+                    "to": status,
+                    "label": values.get("archive_label"),
+                    "owner": msg.recipient_id,
+                },
             )
             return msg.model_copy(update=values)
 

@@ -1,6 +1,7 @@
 """Export and import of the mailroom directory format (M9); operator only.
 
-Import keeps each message's id, status and times. A message whose id the hub already holds is
+Import keeps every field of each message (see ``core/mailroom``); only its inbox position is
+the one the hub gives it. A message whose id the hub already holds is
 skipped (never overwritten), so importing the same mailroom twice changes nothing the second
 time; the result lists what was skipped.
 
@@ -14,7 +15,7 @@ import asyncio
 from collections.abc import Mapping
 
 from parley.core import mailroom
-from parley.core.errors import InvalidRequest, NotFound
+from parley.core.errors import Conflict, InvalidRequest, NotFound
 from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.limits import check_size, json_bytes, json_problem, preview
 from parley.core.mail import FromKind, Message
@@ -67,14 +68,19 @@ class Mailroom:
             existing = await self._existing_ids(tx, [msg.id for msg in parsed.messages])
             fresh = [msg for msg in parsed.messages if msg.id not in existing]
             await self._require_recipients(tx, fresh)
+            await self._require_free_idempotency_keys(tx, fresh)
+            guessed = parsed.guessed_from_kind
             kinds = {
-                sender: await self._from_kind(tx, sender) for sender in {x.from_id for x in fresh}
+                sender: await self._from_kind(tx, sender)
+                for sender in {x.from_id for x in fresh if x.id in guessed}
             }
-            # Inbox positions follow the time the mail was sent, as they did where it came from.
-            for msg in sorted(fresh, key=lambda x: (x.created, x.id)):
+            # Inbox positions follow the order the mail had where it came from (its seq), or for
+            # files of older exports the time it was sent; an inbox that was empty here gets the
+            # very positions it had there.
+            for msg in sorted(fresh, key=lambda x: (x.seq == 0, x.seq, x.created, x.id)):
                 stored = msg.model_copy(
                     update={
-                        "from_kind": kinds[msg.from_id],
+                        "from_kind": kinds[msg.from_id] if msg.id in guessed else msg.from_kind,
                         "seq": await tx.next_inbox_seq(msg.recipient_id),
                     }
                 )
@@ -105,6 +111,28 @@ class Mailroom:
             rows: list[Message] = await tx.select("messages", c.id.in_(chunk))
             found |= {row.id for row in rows}
         return found
+
+    async def _require_free_idempotency_keys(self, tx: Tx, messages: list[Message]) -> None:
+        """An original's idempotency key is unique per sender: an imported one that another
+        message already holds would make the sender's resend return the wrong message."""
+        claimed: dict[tuple[str, str], str] = {}
+        for msg in messages:
+            if msg.idempotency_key is None or msg.copy_of is not None:
+                continue
+            key = (msg.from_id, msg.idempotency_key)
+            holder = claimed.get(key)
+            if holder is None:
+                found = await tx.message_by_idempotency(*key)
+                holder = found.id if found is not None else None
+            if holder is not None:
+                raise Conflict(
+                    f"mailroom message {msg.id!r} from {msg.from_id!r} has idempotency key "
+                    f"{msg.idempotency_key!r}, which message {holder!r} already holds; remove "
+                    "the 'idempotency_key' line from one of their files and import again",
+                    code="idempotency_key_taken",
+                    id=msg.id,
+                )
+            claimed[key] = msg.id
 
     async def _require_recipients(self, tx: Tx, messages: list[Message]) -> None:
         missing = [

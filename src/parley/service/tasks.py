@@ -24,6 +24,7 @@ from parley.core.channels import (
     TRANSCRIPT_WINDOW,
     Channel,
     ChannelMessage,
+    EndReason,
     Invocation,
     InvocationOutcome,
     LogicalSession,
@@ -31,12 +32,21 @@ from parley.core.channels import (
     Task,
     TaskMode,
 )
-from parley.core.errors import NotFound, PermissionDenied, RuntimeFailure
+from parley.core.errors import NotFound, ParleyError, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
+from parley.core.limits import check_size, check_text
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
-from parley.core.runtime import NO_REPLY, AgentProfile, TranscriptEntry, Turn, TurnResult
+from parley.core.runtime import (
+    NO_REPLY,
+    AgentProfile,
+    ToolBox,
+    TranscriptEntry,
+    Turn,
+    TurnResult,
+)
+from parley.service import task_recovery
 from parley.service.channels import Channels, Posted, channel_topic
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -52,6 +62,8 @@ class TurnOutcome:
     voted: bool = False
     reason: str | None = None
     message: ChannelMessage | None = None
+    end: EndReason | None = None  # how a rejected turn ends its task
+    error: str | None = None
 
 
 @dataclass
@@ -84,6 +96,8 @@ class TaskRunner:
         self.live: dict[str, _Live] = {}
         self.on_finished: list[Any] = []  # callbacks(task, channel) run after a task ends
         self.notify_idle_agent: Any = None  # (tx, agent, message) for agents without a runtime
+        # (agent, channel_id, session_id) -> ToolBox | None: the hub's tools for a turn (W9).
+        self.toolbox_for: Callable[[Principal, str, str], ToolBox | None] = lambda *_: None
         # Test seams for race tests: awaited right before the runtime is called and right
         # between the runtime's return and the commit of its reply (Turn) -> Awaitable[None].
         self.before_call: Callable[[Turn], Awaitable[None]] | None = None
@@ -104,8 +118,8 @@ class TaskRunner:
                 )
             kind: SenderKind = "agent" if caller.kind == "agent" else "human"
             closed = channel.status == "closed"
-            is_trigger = not closed and (
-                channel.kind != "work" or caller.id != channel.owner_agent_id
+            is_trigger = not closed and d.is_trigger(
+                channel.kind, sender_kind=kind, own_work_channel=caller.id == channel.owner_agent_id
             )
             message = await self.channels.append(
                 tx,
@@ -242,14 +256,15 @@ class TaskRunner:
             await self._set_round(task, number, context)
             for member in task.members:
                 if live.cancel.is_set():
-                    return await self._cancel_reason(task), None, None
+                    return (await self._stop_reason(task))[1], None, None
                 outcome = await self._turn(live, context, member, number)
                 live.ready_at = self.ctx.clock.monotonic()
                 if outcome.kind == "failed":
                     return "failed", member, outcome.reason
+                if outcome.kind == "rejected" and outcome.reason == "publish_failed":
+                    return "failed", member, outcome.error
                 if outcome.kind == "rejected":
-                    reason = {"new_message": "superseded", "room_deleted": "closed"}
-                    return reason.get(outcome.reason or "", "cancelled"), None, None
+                    return outcome.end or "cancelled", None, None
                 if outcome.kind == "accepted":
                     tally.spoke.add(member)
                 if outcome.voted:
@@ -275,13 +290,14 @@ class TaskRunner:
                 names[member] = p.display_name
         return names
 
-    async def _cancel_reason(self, task: Task) -> str:
-        async with self.ctx.store.read() as tx:
-            channel = await tx.get_channel(task.channel_id)
-            last = await tx.last_trigger_id(task.channel_id)
-        if channel is None or channel.status == "deleted" or channel.status == "closed":
-            return "closed"
-        return "superseded" if last != task.trigger_id else "cancelled"
+    async def _stop_reason(self, task: Task, tx: Tx | None = None) -> tuple[str, EndReason]:
+        """The C10 code and end reason of a task that may not go on (``d.stop_reason``)."""
+        if tx is None:
+            async with self.ctx.store.read() as rtx:
+                return await self._stop_reason(task, rtx)
+        channel = await tx.get("channels", task.channel_id)
+        latest = await tx.last_trigger_id(task.channel_id) if channel is not None else None
+        return d.stop_reason(channel.status if channel else None, latest, task.trigger_id)
 
     async def _set_round(self, task: Task, number: int, context: _Context) -> None:
         """Record the round, and bring the transcript up to date: within a round the commits
@@ -360,6 +376,7 @@ class TaskRunner:
             trigger_id=task.trigger_id,
             task_id=task.id,
             runtime_state=dict(session.runtime_state),
+            tools=self.toolbox_for(agent, task.channel_id, session.id),
         )
         try:
             if self.before_call is not None:
@@ -374,12 +391,9 @@ class TaskRunner:
             # A failed call still names the route it took (C13): which provider failed matters.
             trace.route = scrub(str(failure.details.get("model_route") or ""), secrets)
             if failure.reason == "cancelled":
-                reason = await self._cancel_reason(task)
-                code = {"superseded": "new_message", "closed": "room_deleted"}.get(
-                    reason, "cancelled"
-                )
+                code, end = await self._stop_reason(task)
                 await self._record(trace, "rejected", code, None, t2)
-                return TurnOutcome(kind="rejected", reason=code)
+                return TurnOutcome(kind="rejected", reason=code, end=end)
             await self._record(trace, "failed", failure.code, None, t2)
             message = scrub(failure.message, secrets)
             return TurnOutcome(kind="failed", reason=f"{failure.code}: {message}")
@@ -390,7 +404,23 @@ class TaskRunner:
         if reply.silent:
             await self._record(trace, "silent", None, result, t2)
             return TurnOutcome(kind="silent", voted=reply.voted_done)
+        problem = self._unpublishable(reply.content)
+        if problem is not None:
+            # Nothing is stored (C10 publish_failed) and the member is named as failed (C11):
+            # a reply the channel cannot hold is not silently cut or dropped.
+            await self._record(trace, "rejected", "publish_failed", result, t2)
+            return TurnOutcome(kind="rejected", reason="publish_failed", error=problem)
         return await self._append_reply(live, ctx, trace, result, reply, t2)
+
+    def _unpublishable(self, content: str) -> str | None:
+        """Why a reply cannot be posted in a channel (the limits a post has), or None."""
+        try:
+            check_text(content, "the reply")
+            size = len(content.encode("utf-8", "surrogatepass"))
+            check_size(size, self.ctx.settings.message_max_bytes, "the reply", code="too_large")
+        except ParleyError as refusal:
+            return f"publish_failed: {refusal.message}"
+        return None
 
     async def _save_runtime_state(
         self, ctx: _Context, session: LogicalSession, state: dict[str, Any]
@@ -427,9 +457,10 @@ class TaskRunner:
                 now=self.ctx.clock.now(),
             )
             if seq is None:
-                reason = await self._reject_reason(tx, task)
+                reason, end = await self._stop_reason(task, tx)
                 self._insert_invocation(tx, trace, "rejected", reason, result, None, t2)
-                return TurnOutcome(kind="rejected", reason=reason, voted=reply.voted_done), []
+                outcome = TurnOutcome(kind="rejected", reason=reason, end=end)
+                return outcome, []
             missed: list[ChannelMessage] = []
             if seq != ctx.last_seq + 1:
                 # Something else landed in the channel since this task last looked; read it in
@@ -466,17 +497,6 @@ class TaskRunner:
                 ctx.add(message)
             ctx.add(outcome.message)
         return outcome
-
-    async def _reject_reason(self, tx: Tx, task: Task) -> str:
-        """Why a reply of ``task`` may not be appended (C10 reason codes)."""
-        channel = await tx.get("channels", task.channel_id)
-        if channel is None or channel.status == "deleted":
-            return "room_deleted"
-        if channel.status == "closed":
-            return "cancelled"
-        if channel.last_trigger_id != task.trigger_id:
-            return "new_message"
-        return "cancelled"
 
     async def _record(
         self,
@@ -516,6 +536,11 @@ class TaskRunner:
         }
         if result is not None:
             timings.update({f"runtime_{k}": v for k, v in result.timings.items()})
+        tx.after_commit(
+            lambda: self.ctx.metrics.turn_recorded(
+                outcome, reason, timings, result.model_route if result else trace.route
+            )
+        )
         window = trace.window
         tx.insert(
             "invocations",
@@ -633,7 +658,7 @@ class TaskRunner:
             task: Task | None = await tx.get("tasks", task_id)
         if task is None:
             raise NotFound(f"no task {task_id!r}", code="task_not_found")
-        await self.channels.get(caller, task.channel_id)
+        await self.channels.get(caller, task.channel_id, include_deleted=True)
         return task
 
     async def of_channel(self, caller: Principal, channel_id: str) -> list[Task]:
@@ -655,45 +680,8 @@ class TaskRunner:
             await asyncio.gather(*runners, return_exceptions=True)
 
     async def recover(self) -> list[Task]:
-        """On start: tasks left running by a hub that is gone end as interrupted, with a note in
-        their channel, and their turns offered to remote agents are withdrawn (an answer to one
-        would be lost); nothing committed is touched (Q4)."""
-        now = self.ctx.clock.now()
-
-        async def job(tx: Tx) -> list[Task]:
-            t = tx.table("tasks").c
-            stale: list[Task] = await tx.select("tasks", t.status == "running")
-            out = []
-            for task in stale:
-                # Channel row before task row: the lock order of every other task write.
-                await tx.get_channel(task.channel_id, for_update=True)
-                row = await tx.get("tasks", task.id, for_update=True)
-                if row.owner is not None and await self.ctx.store.is_alive(row.owner):
-                    continue  # another live hub drives it (PostgreSQL)
-                await tx.update(
-                    "tasks",
-                    task.id,
-                    status="finished",
-                    end_reason="interrupted",
-                    error="the hub stopped while the task ran",
-                    finished=now,
-                )
-                p = tx.table("pending_turns").c
-                offered = await tx.select(
-                    "pending_turns", p.task_id == task.id, p.status == "pending"
-                )
-                for turn in offered:
-                    await tx.update("pending_turns", turn.id, status="cancelled")
-                await self.channels.post_as_system(
-                    tx, task.channel_id, d.interrupted("the hub restarted while it ran")
-                )
-                self.ctx.events.record(
-                    tx, "task.interrupted", actor="system", subject=f"task:{task.id}"
-                )
-                out.append(task)
-            return out
-
-        return await self.ctx.store.write(job)
+        """On start: end the tasks left running by a hub that is gone (Q4, task_recovery)."""
+        return await task_recovery.recover(self)
 
     async def stop(self) -> None:
         for live in list(self.live.values()):
@@ -751,6 +739,8 @@ class _Context:
                 del self.rendered[:-TRANSCRIPT_WINDOW]
 
     def transcript(self) -> tuple[list[ChannelMessage], list[TranscriptEntry]]:
-        """The window of the next prompt (C5) and its entries."""
-        window = d.transcript_window(self.messages)
-        return window, self.rendered[len(self.rendered) - len(window) :]
+        """The window of the next prompt (C5): the latest entries within the count and the
+        character budget."""
+        size = d.window_size(self.rendered)
+        kept = len(self.messages) - size
+        return self.messages[kept:], self.rendered[kept:]

@@ -1,4 +1,5 @@
-"""The ``anthropic`` runtime: the Messages API through the official ``anthropic`` SDK."""
+"""The ``anthropic`` runtime: the Messages API through the official ``anthropic`` SDK, with the
+hub's tools offered as tool definitions when the turn carries them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pydantic import Field
 from parley.adapters.runtimes import guard
 from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
 from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
+from parley.adapters.runtimes.tooling import add_usage, call_tool, rounds_exceeded, system_text
 from parley.core.errors import ConfigError, RuntimeFailure
 from parley.core.redact import redact_text, scrub
-from parley.core.runtime import Prompt, Turn, TurnResult, Usage
+from parley.core.runtime import ToolBox, Turn, TurnResult, Usage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 COMPLETED_STOPS = frozenset({"end_turn", "stop_sequence"})
@@ -62,24 +64,65 @@ class AnthropicRuntime:
         deadline_s = deadline_for(turn, self.config.timeout_s)
         return await race_turn(
             turn,
-            lambda: self._complete(turn.prompt, deadline_s),
+            lambda: self._complete(turn, deadline_s),
             route=self.model_route,
             timeout_s=deadline_s,
             secrets=self._secrets,
         )
 
-    async def _complete(self, prompt: Prompt, deadline_s: float) -> ProviderReply:
+    async def _complete(self, turn: Turn, deadline_s: float) -> ProviderReply:
+        """Ask the model; while it stops for tool use (at most the toolbox's rounds), run the
+        calls and send their results back. Its final message is the turn's answer."""
+        tools = turn.tools
         extra: dict[str, Any] = {}
         if self.config.temperature is not None:
             extra["temperature"] = self.config.temperature
+        options: dict[str, Any] = {}
+        if tools is not None:
+            options["tools"] = [
+                {"name": s.name, "description": s.description, "input_schema": s.parameters}
+                for s in tools.specs()
+            ]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": turn.prompt.user_text()}]
+        system = system_text(turn.prompt, tools)
+        usage = Usage()
+        rounds = 0
+        while True:
+            message = await self._create(system, messages, deadline_s, extra, options)
+            usage = add_usage(usage, Usage(message.usage.input_tokens, message.usage.output_tokens))
+            if tools is not None and message.stop_reason == "tool_use":
+                if rounds >= tools.max_rounds:
+                    raise rounds_exceeded(self.model_route, tools)
+                rounds += 1
+                messages.extend(await self._run_calls(tools, message.content))
+                continue
+            if message.stop_reason not in COMPLETED_STOPS:
+                raise RuntimeFailure(
+                    f"{self.model_route} stopped with stop_reason {message.stop_reason!r}, "
+                    "not 'end_turn'; the reply is incomplete",
+                    reason="stop_reason",
+                    stop_reason=str(message.stop_reason),
+                )
+            text = "".join(block.text for block in message.content if block.type == "text")
+            return ProviderReply(text=text, usage=usage)
+
+    async def _create(
+        self,
+        system: str,
+        messages: list[dict[str, Any]],
+        deadline_s: float,
+        extra: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Any:
         try:
-            message = await self._client.messages.create(
+            return await self._client.messages.create(
                 model=self.config.model,
                 max_tokens=self.config.max_tokens or 1024,
-                system=prompt.system,
-                messages=[{"role": "user", "content": prompt.user_text()}],
+                system=system,
+                messages=messages,  # type: ignore[arg-type]
                 timeout=deadline_s,
                 extra_body=extra or None,
+                **options,
             )
         except anthropic.APITimeoutError as exc:
             raise RuntimeFailure(
@@ -93,21 +136,30 @@ class AnthropicRuntime:
             ) from exc
         except anthropic.APIError as exc:
             raise RuntimeFailure(f"{self.model_route} failed: {exc}", reason="error") from exc
-        if message.stop_reason not in COMPLETED_STOPS:
-            raise RuntimeFailure(
-                f"{self.model_route} stopped with stop_reason {message.stop_reason!r}, "
-                "not 'end_turn'; the reply is incomplete",
-                reason="stop_reason",
-                stop_reason=str(message.stop_reason),
-            )
-        text = "".join(block.text for block in message.content if block.type == "text")
-        return ProviderReply(
-            text=text,
-            usage=Usage(
-                input_tokens=message.usage.input_tokens,
-                output_tokens=message.usage.output_tokens,
-            ),
-        )
+
+    @staticmethod
+    async def _run_calls(tools: ToolBox, content: list[Any]) -> list[dict[str, Any]]:
+        """The assistant turn as the model sent it and one user turn with a result per
+        ``tool_use`` block, in order: the model reads each result, a refusal too, and goes on."""
+        said: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for block in content:
+            if block.type == "text":
+                said.append({"type": "text", "text": block.text})
+            elif block.type == "tool_use":
+                said.append(
+                    {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+                )
+                out = await call_tool(tools, block.name, block.input)
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": block.id,
+                        "content": out.text,
+                        "is_error": out.is_error,
+                    }
+                )
+        return [{"role": "assistant", "content": said}, {"role": "user", "content": results}]
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -6,6 +6,7 @@ turn and waits for a tool call, handled by the service layer) have no runtime ob
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Callable
@@ -13,12 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from parley.adapters.runtimes.anthropic import AnthropicConfig, AnthropicRuntime
-from parley.adapters.runtimes.command import CommandConfig, CommandRuntime
 from parley.adapters.runtimes.endpoint import parse_config
-from parley.adapters.runtimes.openai import OpenAIConfig, OpenAIRuntime
 from parley.adapters.runtimes.race import scrub_failure
-from parley.adapters.runtimes.scripted import ScriptedConfig, ScriptedRuntime
 from parley.core.errors import InvalidRequest, ParleyError, RuntimeFailure
 from parley.core.ports import Runtime
 from parley.core.redact import scrub, secret_values
@@ -26,26 +23,37 @@ from parley.core.runtime import RUNTIME_KINDS, Turn, TurnResult
 
 log = logging.getLogger(__name__)
 
-_BUILDERS: dict[str, Callable[[dict[str, Any]], Runtime]] = {
-    "scripted": ScriptedRuntime.from_config,
-    "openai": OpenAIRuntime.from_config,
-    "anthropic": AnthropicRuntime.from_config,
-    "command": CommandRuntime.from_config,
+# Each kind's module, runtime class and config class, imported on first use: the provider SDKs
+# take most of a second to import, and a hub whose agents never use them should not pay it (Q7).
+_ADAPTERS: dict[str, tuple[str, str, str]] = {
+    "scripted": ("parley.adapters.runtimes.scripted", "ScriptedRuntime", "ScriptedConfig"),
+    "openai": ("parley.adapters.runtimes.openai", "OpenAIRuntime", "OpenAIConfig"),
+    "anthropic": ("parley.adapters.runtimes.anthropic", "AnthropicRuntime", "AnthropicConfig"),
+    "command": ("parley.adapters.runtimes.command", "CommandRuntime", "CommandConfig"),
 }
-_CONFIGS: dict[str, type[BaseModel]] = {
-    "scripted": ScriptedConfig,
-    "openai": OpenAIConfig,
-    "anthropic": AnthropicConfig,
-    "command": CommandConfig,
-}
+
+
+def _adapter_attr(kind: str, which: int) -> Any:
+    module, *names = _ADAPTERS[kind]
+    return getattr(importlib.import_module(module), names[which])
+
+
+def _builder(kind: str) -> Callable[[dict[str, Any]], Runtime]:
+    builder: Callable[[dict[str, Any]], Runtime] = _adapter_attr(kind, 0).from_config
+    return builder
+
+
+def _config_model(kind: str) -> type[BaseModel]:
+    model: type[BaseModel] = _adapter_attr(kind, 1)
+    return model
 
 
 def validate_runtime_config(config: dict[str, Any]) -> None:
     """Check an agent's runtime config without building anything (no client, no process), so a
     bad config is refused when the agent is created rather than at its first turn."""
     kind = _kind_of(config)
-    if kind in _CONFIGS:
-        parse_config(_CONFIGS[kind], config)
+    if kind in _ADAPTERS:
+        parse_config(_config_model(kind), config)
 
 
 def build_runtime(config: dict[str, Any]) -> Runtime | None:
@@ -57,7 +65,7 @@ def build_runtime(config: dict[str, Any]) -> Runtime | None:
     kind = _kind_of(config)
     if kind in ("none", "remote"):
         return None
-    return _BUILDERS[kind](config)
+    return _builder(kind)(config)
 
 
 def _kind_of(config: dict[str, Any]) -> str:

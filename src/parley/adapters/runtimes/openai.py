@@ -1,5 +1,6 @@
 """The ``openai`` runtime: any OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM,
-DeepSeek, OpenRouter, ...) through the official ``openai`` SDK."""
+DeepSeek, OpenRouter, ...) through the official ``openai`` SDK, with the hub's tools offered
+through function calling when the turn carries them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import openai
 from parley.adapters.runtimes import guard
 from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
 from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
+from parley.adapters.runtimes.tooling import add_usage, call_tool, rounds_exceeded, system_text
 from parley.core.errors import ConfigError, RuntimeFailure
 from parley.core.redact import redact_text, scrub
-from parley.core.runtime import Prompt, Turn, TurnResult, Usage
+from parley.core.runtime import ToolBox, Turn, TurnResult, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -57,25 +59,70 @@ class OpenAIRuntime:
         deadline_s = deadline_for(turn, self.config.timeout_s)
         return await race_turn(
             turn,
-            lambda: self._complete(turn.prompt, deadline_s),
+            lambda: self._complete(turn, deadline_s),
             route=self.model_route,
             timeout_s=deadline_s,
             secrets=self._secrets,
         )
 
-    async def _complete(self, prompt: Prompt, deadline_s: float) -> ProviderReply:
+    async def _complete(self, turn: Turn, deadline_s: float) -> ProviderReply:
+        """Ask the model; while it calls tools (at most the toolbox's rounds), run them and
+        send their results back. Its final message is the turn's answer."""
+        tools = turn.tools
         options: dict[str, Any] = {}
         if self.config.temperature is not None:
             options["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
             options["max_tokens"] = self.config.max_tokens
+        if tools is not None:
+            options["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": spec.name,
+                        "description": spec.description,
+                        "parameters": spec.parameters,
+                    },
+                }
+                for spec in tools.specs()
+            ]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system_text(turn.prompt, tools)},
+            {"role": "user", "content": turn.prompt.user_text()},
+        ]
+        usage = Usage()
+        rounds = 0
+        while True:
+            completion = await self._create(messages, deadline_s, options)
+            if completion.usage is not None:
+                used = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+                usage = add_usage(usage, used)
+            if not completion.choices:
+                raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
+            choice = completion.choices[0]
+            calls = choice.message.tool_calls
+            if tools is not None and calls:
+                if rounds >= tools.max_rounds:
+                    raise rounds_exceeded(self.model_route, tools)
+                rounds += 1
+                messages.extend(await self._run_calls(tools, choice.message.content, calls))
+                continue
+            if choice.finish_reason != "stop":
+                raise RuntimeFailure(
+                    f"{self.model_route} stopped with finish_reason {choice.finish_reason!r}, "
+                    "not 'stop'; the reply is incomplete",
+                    reason="stop_reason",
+                    stop_reason=str(choice.finish_reason),
+                )
+            return ProviderReply(text=choice.message.content or "", usage=usage)
+
+    async def _create(
+        self, messages: list[dict[str, Any]], deadline_s: float, options: dict[str, Any]
+    ) -> Any:
         try:
-            completion = await self._client.chat.completions.create(
+            return await self._client.chat.completions.create(
                 model=self.config.model,
-                messages=[
-                    {"role": "system", "content": prompt.system},
-                    {"role": "user", "content": prompt.user_text()},
-                ],
+                messages=messages,  # type: ignore[arg-type]
                 # The SDK's own timeout backs up the race, so a hung socket is closed too.
                 timeout=deadline_s,
                 **options,
@@ -92,24 +139,32 @@ class OpenAIRuntime:
             ) from exc
         except openai.APIError as exc:
             raise RuntimeFailure(f"{self.model_route} failed: {exc}", reason="error") from exc
-        if not completion.choices:
-            raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
-        choice = completion.choices[0]
-        if choice.finish_reason != "stop":
-            raise RuntimeFailure(
-                f"{self.model_route} stopped with finish_reason {choice.finish_reason!r}, "
-                "not 'stop'; the reply is incomplete",
-                reason="stop_reason",
-                stop_reason=str(choice.finish_reason),
-            )
-        usage = completion.usage
-        return ProviderReply(
-            text=choice.message.content or "",
-            usage=Usage(
-                input_tokens=usage.prompt_tokens if usage else 0,
-                output_tokens=usage.completion_tokens if usage else 0,
-            ),
-        )
+
+    @staticmethod
+    async def _run_calls(
+        tools: ToolBox, content: str | None, calls: list[Any]
+    ) -> list[dict[str, Any]]:
+        """The assistant message that asked for ``calls`` and one tool message per call, in
+        order: the model reads each result, a refusal too, and goes on."""
+        asked = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in calls
+            if c.type == "function"
+        ]
+        replies: list[dict[str, Any]] = [
+            {"role": "assistant", "content": content, "tool_calls": asked}
+        ]
+        for c in calls:
+            if c.type != "function":
+                text = f"unknown_tool: only function tools are offered, not {c.type!r}"
+            else:
+                text = (await call_tool(tools, c.function.name, c.function.arguments)).text
+            replies.append({"role": "tool", "tool_call_id": c.id, "content": text})
+        return replies
 
     async def aclose(self) -> None:
         await self._client.close()

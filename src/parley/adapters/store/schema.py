@@ -250,3 +250,115 @@ pending_turns = Table(
     Column("created", TS, nullable=False),
     Index("ix_pending_turns_agent_status", "agent_id", "status"),
 )
+
+rooms = Table(
+    "rooms",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("created_by", String(64), nullable=False),
+    Column("created", TS, nullable=False),
+    Column("config", JSON, nullable=False),
+)
+
+room_members = Table(
+    "room_members",
+    metadata,
+    # The key is the agent's id: an agent belongs to at most one room (room_membership_exclusive).
+    Column("id", String(64), primary_key=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("room_id", String(64), nullable=False),
+    Column("session_id", String(64), nullable=False),
+    Column("workspace", Text),
+    Column("state", String(16), nullable=False),
+    Column("state_before", String(16)),
+    Column("meeting_id", String(64)),
+    Column("joined", TS, nullable=False),
+    Column("last_activity", TS),
+    Index("ix_room_members_room", "room_id"),
+)
+
+meetings = Table(
+    "meetings",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("room_id", String(64), nullable=False),
+    Column("channel_id", String(64), nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("convened_by", String(64), nullable=False),
+    Column("moderator_route", String(300), nullable=False, server_default=""),
+    Column("status", String(16), nullable=False),
+    Column("end_reason", String(16)),
+    Column("error", Text),
+    Column("round", Integer, nullable=False, server_default="0"),
+    Column("max_rounds", Integer, nullable=False),
+    Column("speeches", Integer, nullable=False, server_default="0"),
+    Column("attendees", JSON, nullable=False),
+    Column("stop_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("owner", String(64)),
+    Column("created", TS, nullable=False),
+    Column("ended", TS),
+    Index("ix_meetings_room", "room_id"),
+    Index("ix_meetings_status", "status"),
+)
+
+speeches = Table(
+    "speeches",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("meeting_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("round", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("chars", Integer, nullable=False),
+    Column("runtime", String(32), nullable=False),
+    Column("model_route", String(300), nullable=False),
+    Column("message_id", String(64)),
+    Column("reason", Text),
+    Column("created", TS, nullable=False),
+    Index("ix_speeches_meeting", "meeting_id"),
+)
+
+minutes = Table(
+    "minutes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("meeting_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("runtime", String(32), nullable=False),
+    Column("model_route", String(300), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("reason", Text),
+    Column("mail_id", String(64)),
+    Column("created", TS, nullable=False),
+    Index("ux_minutes_meeting_agent", "meeting_id", "agent_id", unique=True),
+)
+
+briefs = Table(
+    "briefs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("room_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("fingerprint", String(32), nullable=False),
+    Column("created", TS, nullable=False),
+    Index("ix_briefs_room_agent", "room_id", "agent_id"),
+)
+
+pulse_log = Table(
+    "pulse_log",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("room_id", String(64), nullable=False),
+    Column("conclusion", Text, nullable=False),
+    Column("escalated", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("signals", JSON, nullable=False),
+    Column("meeting_id", String(64)),
+    Column("created", TS, nullable=False),
+    Index("ix_pulse_log_room", "room_id"),
+)

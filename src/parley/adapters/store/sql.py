@@ -17,7 +17,19 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import JSON, LargeBinary, Text, and_, bindparam, cast, func, or_, select, update
+from sqlalchemy import (
+    JSON,
+    LargeBinary,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ClauseElement
@@ -37,6 +49,7 @@ from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
 from parley.core.ports import Page
+from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
@@ -53,6 +66,13 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "invocations": (s.invocations, Invocation),
     "pending_turns": (s.pending_turns, PendingTurn),
     "invitations": (s.invitations, Invitation),
+    "rooms": (s.rooms, Room),
+    "room_members": (s.room_members, RoomMember),
+    "meetings": (s.meetings, Meeting),
+    "speeches": (s.speeches, Speech),
+    "minutes": (s.minutes, Minutes),
+    "briefs": (s.briefs, Brief),
+    "pulse_log": (s.pulse_log, PulseEntry),
 }
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
@@ -192,6 +212,11 @@ class SqlTx:
             params = {f"_v_{col}": v for col, v in values.items()}
             params["_key"] = key
             result = await self._exec(stmt, params)
+        return int(result.rowcount)
+
+    async def delete(self, name: str, key: str) -> int:
+        table, _ = _RECORDS[name]
+        result = await self._exec(delete(table).where(table.c.id == key))
         return int(result.rowcount)
 
     async def select(
@@ -567,6 +592,8 @@ class SqlStore:
         self._writers: list[asyncio.Task[None]] = []
         self.max_batch = 256
         self._owner: str | None = None
+        # Told the number of jobs of each committed batch (the hub's metrics).
+        self.on_batch: Callable[[int], None] | None = None
 
     # -- dialect hooks ----------------------------------------------------------------------
     def lock_row(self, stmt: Any) -> Any:
@@ -678,6 +705,8 @@ class SqlStore:
         for (_, fut), result in zip(batch, results, strict=True):
             if not fut.done():
                 fut.set_result(result)
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
         for callback in afters:
             try:
                 outcome = callback()

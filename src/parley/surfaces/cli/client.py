@@ -12,12 +12,13 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from parley.config import DEFAULT_PORT, operator_token_path, read_hub_info, resolve_home
 from parley.core.errors import ConfigError
+from parley.home import DEFAULT_PORT, operator_token_path, read_hub_info, resolve_home
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 TIMEOUT_S = 30.0
@@ -150,6 +151,9 @@ class HubClient:
         timeout: float = TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        # httpx is imported by the first command that talks to the hub, not by ``--help`` (Q7).
+        import httpx
+
         self.config = config
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
         self._http = httpx.Client(
@@ -174,6 +178,8 @@ class HubClient:
         json_body: Any = None,
     ) -> Any:
         """Send one request; return the decoded JSON body or raise a ``CliFailure``."""
+        import httpx
+
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             response = self._http.request(method, path, params=clean, json=json_body)
@@ -203,6 +209,8 @@ class HubClient:
         """Follow an SSE stream, resuming with Last-Event-ID after a dropped connection.
 
         Yields a ``STREAM_OPENED`` pseudo event after each (re)connection."""
+        import httpx
+
         attempts = 0
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}

@@ -7,7 +7,10 @@ can be copied or piped as they are; ``--json`` gives the same as data.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlencode
@@ -60,12 +63,27 @@ def claude_code(c: Connection) -> dict[str, Any]:
 
 
 def codex(c: Connection) -> dict[str, Any]:
-    """Codex reads the bearer token from an environment variable it is told the name of."""
+    """Codex reads the bearer token from an environment variable it is told the name of. Its
+    default tool timeout would cut a long ``wait_for_turn``: every form sets a longer one."""
     overrides = [
         f"mcp_servers.{SERVER_NAME}.url={json.dumps(c.mcp_url)}",
         f"mcp_servers.{SERVER_NAME}.bearer_token_env_var={json.dumps(TOKEN_VAR)}",
+        f"mcp_servers.{SERVER_NAME}.tool_timeout_sec={TOOL_TIMEOUT_S}",
     ]
     command = shlex.join(["codex", *(arg for o in overrides for arg in ("-c", o))])
+    # `codex mcp add` has no timeout option: the timeout rides along as a `-c` override.
+    add = shlex.join(
+        [
+            "codex",
+            "mcp",
+            "add",
+            SERVER_NAME,
+            "--url",
+            c.mcp_url,
+            "--bearer-token-env-var",
+            TOKEN_VAR,
+        ]
+    )
     toml = (
         f"[mcp_servers.{SERVER_NAME}]\n"
         f"url = {json.dumps(c.mcp_url)}\n"
@@ -75,6 +93,7 @@ def codex(c: Connection) -> dict[str, Any]:
     return {
         "env": f"export {TOKEN_VAR}={shlex.quote(c.token)}",
         "command": command,
+        "mcp_add": add,
         "config_toml": toml,
     }
 
@@ -83,15 +102,26 @@ def generic(c: Connection) -> dict[str, Any]:
     """Streamable HTTP (URL + header) and stdio (``parley mcp`` relaying to the hub)."""
     args = ["mcp"] if c.profile == "default" else ["mcp", "--profile", c.profile]
     env = {"PARLEY_URL": c.hub_url, TOKEN_VAR: c.token}
-    stdio = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), "parley", *args])
+    parley = parley_executable()
+    stdio = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), parley, *args])
     return {
         "url": c.mcp_url,
         "header": c.header,
         "stdio_command": stdio,
         "stdio_config": {
-            "mcpServers": {SERVER_NAME: {"command": "parley", "args": args, "env": env}}
+            "mcpServers": {SERVER_NAME: {"command": parley, "args": args, "env": env}}
         },
     }
+
+
+def parley_executable() -> str:
+    """The absolute path of the ``parley`` being run: an MCP client starts its stdio servers
+    with its own PATH, which seldom holds the project's virtual environment."""
+    invoked = sys.argv[0]
+    if os.path.basename(invoked).startswith("parley") and os.path.isfile(invoked):
+        return os.path.abspath(invoked)
+    found = shutil.which("parley")
+    return os.path.abspath(found) if found else "parley"
 
 
 BUILDERS = {"claude-code": claude_code, "codex": codex, "generic": generic}
@@ -142,7 +172,11 @@ def render(client: str, c: Connection) -> str:
             s["env"],
             s["command"],
             "",
-            "# Or permanently, in ~/.codex/config.toml (with PARLEY_TOKEN set as above):",
+            "# Or permanently, with PARLEY_TOKEN set as above: `codex mcp add`, then add",
+            f"# tool_timeout_sec = {TOOL_TIMEOUT_S} to [mcp_servers.{SERVER_NAME}] in",
+            "# ~/.codex/config.toml (without it long waits for a turn are cut):",
+            s["mcp_add"],
+            "# or the whole table in ~/.codex/config.toml:",
             s["config_toml"].rstrip("\n"),
         ]
     else:
@@ -151,7 +185,8 @@ def render(client: str, c: Connection) -> str:
             f"#   URL:    {s['url']}",
             f"#   Header: {s['header']}",
             "",
-            "# Or over stdio: the client starts `parley mcp`, which relays to the hub.",
+            "# Or over stdio: the client starts `parley mcp` (by its absolute path), which",
+            "# relays to the hub.",
             s["stdio_command"],
             "# as an mcpServers entry:",
             json.dumps(s["stdio_config"], indent=2),

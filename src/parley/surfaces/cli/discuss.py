@@ -40,6 +40,7 @@ DISCUSSION_FIELDS = (
     "summaryPath",
     "createdAt",
     "completedAt",
+    "closedAt",
 )
 
 
@@ -138,10 +139,19 @@ def callback(
     summary_path: Annotated[
         str, typer.Argument(help="The summary file; relative paths are in your workspace.")
     ],
+    session: Annotated[
+        str | None,
+        typer.Option(
+            help="The session you call from (default: yours in the discussion); only the "
+            "initiator's session there or in the channel it was opened from may finish it."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Finish a discussion you started with its summary file (initiator only)."""
-    body = {"summaryPath": summary_path}
+    body: dict[str, Any] = {"summaryPath": summary_path}
+    if session:
+        body["session_id"] = session
     closed = client(ctx).post(f"/v1/channels/{channel_id}/callback", body)
 
     def render(c: dict[str, Any]) -> None:
@@ -188,7 +198,8 @@ def group_create(
     rounds: Annotated[int, typer.Option(help="Rounds per discussion (1-5).", min=1, max=5)] = 3,
     as_json: JsonFlag = False,
 ) -> None:
-    """Create a group: every human message starts (or supersedes) a round-robin discussion."""
+    """Create a group: every human message starts (or supersedes) a round-robin discussion;
+    an agent's post joins the transcript without starting one."""
     if not member:
         raise typer.BadParameter("name at least one --member", param_hint="--member")
     body = {"name": name, "kind": "group", "members": member, "discussion_rounds": rounds}
@@ -220,6 +231,37 @@ def group_post(
             after=seq,
             task_id=posted.get("task_id"),
         )
+
+
+@group_app.command("set")
+def group_set(
+    ctx: typer.Context,
+    channel_id: ChannelId,
+    member: Annotated[
+        list[str] | None, typer.Option(help="The new member list (repeat); you stay in it.")
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Rounds per discussion (1-5).", min=1, max=5)
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a group's members or rounds (creator or operator); the running discussion keeps
+    its snapshot, the next one uses the new settings."""
+    body: dict[str, Any] = {}
+    if member:
+        body["members"] = member
+    if rounds is not None:
+        body["discussion_rounds"] = rounds
+    if not body:
+        raise typer.BadParameter("give --member or --rounds", param_hint="--member/--rounds")
+    emit(ctx, as_json, client(ctx).patch(f"/v1/im/sessions/{channel_id}", body), render_channel)
+
+
+@group_app.command("delete")
+def group_delete(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False) -> None:
+    """Delete a group (creator or operator): its running discussion ends, its messages are
+    kept for the record."""
+    emit(ctx, as_json, client(ctx).delete(f"/v1/im/sessions/{channel_id}"), render_channel)
 
 
 @group_app.command("watch")

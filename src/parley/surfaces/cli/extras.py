@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from parley.config import resolve_home
+from parley.home import resolve_home
 from parley.surfaces.cli.client import resolve_url
 from parley.surfaces.cli.output import print_error, state
 

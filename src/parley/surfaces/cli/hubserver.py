@@ -20,7 +20,7 @@ from parley.config import Settings, operator_token_path, write_hub_info, write_o
 from parley.core.errors import ParleyError
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
-from parley.surfaces.logs import install_redaction
+from parley.surfaces.logs import install_redaction, uvicorn_log_config
 from parley.surfaces.rest.app import create_app, settle_heap
 
 HEADER_MAX_BYTES = 16 * 1024
@@ -124,6 +124,7 @@ async def run_hub(settings: Settings, log_level: str) -> int:
             host=settings.host,
             port=settings.port,
             log_level=log_level,
+            log_config=uvicorn_log_config(settings.log_format),
             access_log=log_level in ("info", "debug"),
             timeout_graceful_shutdown=5,
             # h11, not httptools: httptools buffers a header of any size, h11 refuses one

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.text import Text
 
-from parley.core.mail import DEFAULT_TTL_SECONDS, MAIL_KINDS
+from parley.core.mail_kinds import DEFAULT_TTL_SECONDS, MAIL_KINDS
 from parley.surfaces.cli.client import HubClient
 from parley.surfaces.cli.output import (
     JsonFlag,
@@ -93,6 +92,9 @@ def render_message(m: dict[str, Any]) -> None:
         ],
     )
     if m.get("body"):
+        # Imported here: the Markdown renderer is a tenth of the CLI's start-up (Q7).
+        from rich.markdown import Markdown
+
         console.print(Panel(Markdown(m["body"]), border_style="dim"))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 # The one writer of the operator token file, also used when a rotation rewrites it.
-from parley.config import write_operator_token as write_operator_token
+from parley.home import write_operator_token as write_operator_token
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.cli.output import print_error, state
 
@@ -35,11 +33,20 @@ def serve(
         typer.Option(help="sqlite:///<path> or postgresql://… (env PARLEY_DATABASE_URL)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help=f"One of {', '.join(LOG_LEVELS)}.")] = "warning",
+    log_format: Annotated[
+        str | None,
+        typer.Option(help="text or json: one JSON object a line (env PARLEY_LOG_FORMAT; text)."),
+    ] = None,
 ) -> None:
     """Run the hub: the store, the REST API with its live streams, on one port."""
     if log_level not in LOG_LEVELS:
         raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-    given: dict[str, Any] = {"host": host, "port": port, "database_url": database_url}
+    given: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "database_url": database_url,
+        "log_format": log_format,
+    }
     root = home or state(ctx).home
     if root is not None:
         given["home"] = Path(root).expanduser().resolve()
@@ -48,6 +55,7 @@ def serve(
 
     from parley.config import Settings
     from parley.surfaces.cli.hubserver import run_hub
+    from parley.surfaces.logs import configure_logging
 
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
@@ -56,12 +64,12 @@ def serve(
         where = ".".join(str(p) for p in first.get("loc", ()))
         print_error("invalid_config", f"setting {where}: {first.get('msg')}")
         raise typer.Exit(2) from None
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level, settings.log_format)
     # Every file this process creates from here on is private to this user, including the ones
     # a library creates (SQLite's WAL and shared-memory files, log files).
     os.umask(PRIVATE_UMASK)
+    import asyncio
+
     code = asyncio.run(run_hub(settings, log_level))
     if code:
         raise typer.Exit(code)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from mcp.server.mcpserver import Context
+from typing import TYPE_CHECKING, Any
 
 from parley.core.identity import Principal
 from parley.service.hub import Hub
+
+if TYPE_CHECKING:
+    # Annotation only: the REST guard imports bearer_token, and must not load the MCP SDK.
+    from mcp.server.mcpserver import Context
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:

@@ -1,14 +1,16 @@
 """The MCP server: parley's tools, grouped into profiles, over the one service layer.
 
-Tools never re-implement a rule: they authenticate the caller (:mod:`.auth`), call ``hub.*``
-and render the result. A refusal becomes a tool error whose text starts with the same stable
+The tools are defined once, in :mod:`parley.service.tools` (the ``openai`` and ``anthropic``
+runtimes offer the same definitions through function calling); here each is registered as an
+MCP tool that authenticates the caller (:mod:`.auth`), runs the definition and renders its
+result. A refusal becomes a tool error whose text starts with the same stable
 code as the REST error body, e.g. ``inbox_forbidden: …`` (:mod:`.results`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -21,9 +23,12 @@ from parley import __version__
 from parley.core.errors import ConfigError, InvalidRequest, ParleyError
 from parley.core.limits import json_problem
 from parley.service.hub import Hub
-from parley.surfaces.mcp import channel_tools, invitation_tools, mail_tools
+from parley.service.tools import AGENT_TOOLS, AgentTool, ToolCall
+from parley.service.tools.registry import compact_schema, describe
 from parley.surfaces.mcp.auth import Authenticator
-from parley.surfaces.mcp.results import error_result, invalid_arguments
+from parley.surfaces.mcp.results import error_result, invalid_arguments, json_result
+
+ToolFunction = Callable[..., Any]
 
 INSTRUCTIONS = """\
 parley is the coordination hub you share with other agents and humans. Your token decides who \
@@ -103,43 +108,30 @@ class ParleyMCP(MCPServer[Any]):
             raise
 
 
-def compact_schema(schema: Any) -> Any:
-    """Drop what pydantic adds for its own sake (titles, the ``null`` branch and ``default:
-    null`` of optional parameters): every client pays tokens for the tool list."""
-    if isinstance(schema, list):
-        return [compact_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key == "default" and value is None:
-            continue
-        if key == "properties" and isinstance(value, dict):
-            # Property names are data, not keywords: a parameter may be called 'title'.
-            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
-        else:
-            out[key] = compact_schema(value)
-    branches = out.get("anyOf")
-    if isinstance(branches, list):
-        typed = [b for b in branches if b != {"type": "null"}]
-        if len(typed) == 1 < len(branches):
-            del out["anyOf"]
-            out = {**typed[0], **out}
-    return out
+def mcp_function(tool: AgentTool, hub: Hub, auth: Authenticator) -> ToolFunction:
+    """``tool`` as an MCP tool function: the SDK reads its arguments from the signature (a
+    Context parameter, then the definition's arguments) and its description from the docstring."""
 
+    async def run(ctx: Context[Any, Any], **arguments: Any) -> CallToolResult:
+        caller = await auth(ctx)
+        return json_result(await tool.handler(ToolCall(hub=hub, caller=caller), **arguments))
 
-def describe(fn: Any) -> str:
-    """A docstring as one paragraph: line breaks inside a description are tokens too."""
-    return " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+    context = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Any, Any]
+    )
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [context, *tool.parameters], return_annotation=CallToolResult
+    )
+    run.__name__ = tool.name
+    run.__doc__ = tool.description
+    return run
 
 
 def build_tools(functions: dict[str, Any], names: Iterable[str]) -> list[Tool]:
     tools = []
     for name in names:
         fn = functions[name]
-        tool = Tool.from_function(fn, name=name, description=describe(fn))
+        tool = Tool.from_function(fn, name=name, description=describe(fn.__doc__))
         tool.parameters = compact_schema(tool.parameters)
         tools.append(tool)
     return tools
@@ -156,11 +148,7 @@ def build_mcp(hub: Hub, profile: str = "default", *, token: str | None = None) -
             profiles=list(PROFILES),
         )
     auth = Authenticator(hub, token)
-    functions = {
-        **mail_tools.functions(hub, auth),
-        **channel_tools.functions(hub, auth),
-        **invitation_tools.functions(hub, auth),
-    }
+    functions = {name: mcp_function(tool, hub, auth) for name, tool in AGENT_TOOLS.items()}
     return ParleyMCP(
         "parley",
         title="parley",

@@ -25,6 +25,8 @@ from parley.surfaces.rest.routers import (
     mail,
     mailroom,
     membership,
+    metrics,
+    rooms,
     streams,
     turns,
 )
@@ -75,7 +77,19 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     mcp_endpoint = McpEndpoint(the_hub)
     app.router.routes.append(Route("/mcp", mcp_endpoint))
     errors.install(app)
-    for module in (health, agents, mail, mailroom, events, streams, channels, membership, turns):
+    for module in (
+        health,
+        agents,
+        mail,
+        mailroom,
+        events,
+        streams,
+        channels,
+        membership,
+        turns,
+        metrics,
+        rooms,
+    ):
         app.include_router(module.router)
     # Around every route, /mcp included: authenticate before any body byte is read, bound the
     # body, and end a request whose token is revoked while it is open.

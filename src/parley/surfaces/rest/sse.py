@@ -74,9 +74,11 @@ def stream(
     """Stream backfill then live items, skipping any at or before the last id sent (items for
     which ``allow_equal`` is true may share the last id, e.g. status updates)."""
     sub = bus.subscribe(topics)
+    subscribers = request.app.state.hub.ctx.metrics.sse_subscribers
 
     async def events() -> AsyncIterator[dict[str, str]]:
         last = after
+        subscribers.inc()
         try:
             page = await backfill(last)
             pending, more = page.items, page.more
@@ -117,6 +119,7 @@ def stream(
                 pending = [it for it in (from_live(d) for d in batch) if it is not None]
                 more = False
         finally:
+            subscribers.dec()
             await sub.close()
 
     return EventSourceResponse(events(), ping=ping_s)

@@ -49,6 +49,16 @@ class PostRequest(BaseModel):
 
 class CallbackRequest(BaseModel):
     summaryPath: str = Field(min_length=1, max_length=4096)
+    session_id: OptionalStorableText = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "The session the call comes from: the initiator's session in the channel it opened "
+            "the discussion from (initiatorSessionId) or in the discussion channel. Another "
+            "session of the same agent is refused (not_initiator_session). Default: the "
+            "caller's session in the discussion channel."
+        ),
+    )
 
 
 class CloseRequest(BaseModel):
@@ -99,6 +109,13 @@ async def update_channel(
 ) -> Channel:
     """Change members or rounds; a running discussion keeps its snapshot."""
     return await hub.channels.update(caller, channel_id, patch)
+
+
+@router.delete("/v1/channels/{channel_id}", response_model=Channel, tags=["channels"])
+async def delete_channel(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
+    """Creator or operator: delete a group or direct channel. Its running discussion ends
+    (``deleted``; a late reply is refused ``room_deleted``); its messages are kept."""
+    return await hub.channels.delete(caller, channel_id)
 
 
 @router.get(
@@ -210,7 +227,9 @@ async def discuss_callback(
     channel_id: str, body: CallbackRequest, caller: Caller, hub: HubDep
 ) -> Channel:
     """The initiator finishes the discussion with its summary file (C8)."""
-    return await hub.discussions.callback(caller, channel_id, body.summaryPath)
+    return await hub.discussions.callback(
+        caller, channel_id, body.summaryPath, session_id=body.session_id
+    )
 
 
 @router.post("/v1/channels/{channel_id}/close", response_model=Channel, tags=["discussions"])
@@ -265,6 +284,23 @@ async def list_groups(caller: Caller, hub: HubDep) -> list[Channel]:
 @router.get("/v1/im/sessions/{channel_id}", response_model=Channel, tags=["groups"])
 async def get_group(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
     return await hub.channels.get(caller, channel_id)
+
+
+@router.patch("/v1/im/sessions/{channel_id}", response_model=Channel, tags=["groups"])
+async def update_group(
+    channel_id: str, patch: ChannelPatch, caller: Caller, hub: HubDep
+) -> Channel:
+    """Creator or operator: change members or discussion_rounds. The running discussion keeps
+    the snapshot it started with; the next one uses the new settings (C12). Agents added must
+    have consented to the caller."""
+    return await hub.channels.update(caller, channel_id, patch)
+
+
+@router.delete("/v1/im/sessions/{channel_id}", response_model=Channel, tags=["groups"])
+async def delete_group(channel_id: str, caller: Caller, hub: HubDep) -> Channel:
+    """Creator or operator: delete the group (source 003's room deletion); see
+    ``DELETE /v1/channels/{id}``."""
+    return await hub.channels.delete(caller, channel_id)
 
 
 @router.post(

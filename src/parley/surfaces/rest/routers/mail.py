@@ -27,15 +27,38 @@ class ArchiveRequest(BaseModel):
     label: OptionalStorableText = Field(default=None, max_length=200)
 
 
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
 @router.post(
     "/v1/mail",
     response_model=Message,
     status_code=201,
-    responses={429: {"model": ErrorBody, "description": "Sender quota or broadcast rate limit"}},
+    responses={
+        201: {"description": "The message was sent (the primary copy)."},
+        200: {
+            "model": Message,
+            "description": "A resend with an idempotency key already used by this sender: "
+            "nothing was sent again; this is the original message.",
+            "headers": {
+                REPLAYED_HEADER: {
+                    "description": "'true': the answer replays the original of an idempotent "
+                    "resend.",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
+        },
+        429: {"model": ErrorBody, "description": "Sender quota or broadcast rate limit"},
+    },
 )
-async def send(req: SendRequest, caller: Caller, hub: HubDep) -> Message:
-    """Send mail as the caller. With ``idempotency_key`` a resend returns the original."""
-    return await hub.mail.send(caller, req)
+async def send(req: SendRequest, response: Response, caller: Caller, hub: HubDep) -> Message:
+    """Send mail as the caller (201). With ``idempotency_key`` a resend sends nothing and
+    returns the original with 200 and ``Idempotent-Replayed: true`` (M6)."""
+    sent = await hub.mail.send_or_replay(caller, req)
+    if sent.replayed:
+        response.status_code = 200
+        response.headers[REPLAYED_HEADER] = "true"
+    return sent.message
 
 
 @router.get(
@@ -106,13 +129,14 @@ async def thread(message_id: str, caller: Caller, hub: HubDep) -> list[Message]:
 async def update_status(
     message_id: str, body: StatusUpdate, caller: Caller, hub: HubDep
 ) -> Message:
-    """Move one's own message forward (read → in_progress → closed)."""
+    """Move one's own message forward (read → in_progress → closed); the operator may move
+    anyone's."""
     return await hub.mail.update_status(caller, message_id, body.status, label=body.label)
 
 
 @router.post("/v1/mail/{message_id}/archive", response_model=Message)
 async def archive(message_id: str, body: ArchiveRequest, caller: Caller, hub: HubDep) -> Message:
-    """Close and archive one's own message under a label."""
+    """Close and archive one's own message under a label; the operator may archive anyone's."""
     return await hub.mail.archive(caller, message_id, body.label)
 
 

@@ -1,0 +1,404 @@
+"""Meeting rules that need no I/O (R2–R10): the member state machine of summons, entry and
+dismissal, the moderator's control channel and its safe fallback, speech budgets, minutes
+validation, the prompts, the bounded projection of a member's own context, stall signals and
+the throttle of meetings.
+
+State machine of a member (source 002 §1.3)::
+
+    working      --summon-->  awaiting-entry  --enter (turn end)-->  in-meeting
+    idle-waiting --summon-->  in-meeting
+    done         --summon-->  in-meeting
+    awaiting-entry / in-meeting  --dismiss-->  the state the summons found
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from parley.core.errors import Conflict
+from parley.core.rooms import ActivityState, MemberState
+
+# -- the member state machine ---------------------------------------------------------------------
+
+
+class IllegalTransition(Conflict):
+    """This member state change is not allowed."""
+
+    code = "illegal_member_transition"
+
+
+ACTIVITY_STATES: frozenset[str] = frozenset({"working", "idle-waiting", "done"})
+
+
+def summon(state: MemberState) -> MemberState:
+    """Where a summons puts a member: a working one waits for its work-unit boundary, an idle or
+    done one enters at once. A member already summoned cannot be summoned again."""
+    if state == "working":
+        return "awaiting-entry"
+    if state in ("idle-waiting", "done"):
+        return "in-meeting"
+    raise IllegalTransition(
+        f"a member in state {state!r} is already summoned; wait for the meeting to end",
+        state=state,
+        action="summon",
+    )
+
+
+def enter(state: MemberState) -> MemberState:
+    """A member awaiting entry reached its boundary and enters."""
+    if state != "awaiting-entry":
+        raise IllegalTransition(
+            f"only a member awaiting entry can enter; this one is {state!r}",
+            state=state,
+            action="enter",
+        )
+    return "in-meeting"
+
+
+def dismiss(state: MemberState, before: MemberState | None) -> MemberState:
+    """The state a member goes back to when the meeting ends: the one the summons found.
+
+    Not "working" for everyone (source 002 §5.12): a member summoned while idle and sent back as
+    "working" waits at the next summons for a turn end that never comes, and the room can never
+    meet again. Late entrants and those who never came are restored the same way."""
+    if state not in ("awaiting-entry", "in-meeting"):
+        raise IllegalTransition(
+            f"only a summoned member can be dismissed; this one is {state!r}",
+            state=state,
+            action="dismiss",
+        )
+    if before is None or before not in ACTIVITY_STATES:
+        raise IllegalTransition(
+            f"cannot restore a member to {before!r}: a summons records working, idle-waiting "
+            "or done",
+            state=state,
+            action="dismiss",
+        )
+    return before
+
+
+def activity(*, in_flight: bool, recorded: MemberState) -> ActivityState:
+    """A member's activity as the hub observes it: working while a turn is in flight, else done
+    if it marked its work done, else idle-waiting. The member's own say-so is never asked."""
+    if in_flight:
+        return "working"
+    return "done" if recorded == "done" else "idle-waiting"
+
+
+# -- the moderator --------------------------------------------------------------------------------
+
+ModeratorAction = Literal["invite", "adjourn"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens next, and why the moderator's answer was not followed when it was not."""
+
+    action: ModeratorAction
+    next: str | None = None
+    fallback: str | None = None
+
+
+def safe_rotation(present: Sequence[str], counts: Mapping[str, int], last: str | None) -> str:
+    """The next speaker without a moderator: whoever has spoken least, in roster order, not the
+    one who just spoke when anyone else is there."""
+    candidates = [m for m in present if m != last] or list(present)
+    return min(candidates, key=lambda m: (counts.get(m, 0), present.index(m)))
+
+
+_JSON = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def parse_decision(
+    text: str | None,
+    *,
+    present: Sequence[str],
+    counts: Mapping[str, int],
+    last: str | None,
+    failure: str | None = None,
+) -> Decision:
+    """The moderator's JSON answer (``{"action":"invite","next":ID}`` or ``{"action":
+    "adjourn"}``), or safe rotation with the reason when it is unusable: a failure, no JSON, an
+    unknown action, an absent or unknown speaker, or adjourning before everyone present has
+    spoken once."""
+
+    def fallback(reason: str) -> Decision:
+        return Decision("invite", safe_rotation(present, counts, last), fallback=reason)
+
+    if failure is not None:
+        return fallback(f"moderator_failed: {failure}")
+    match = _JSON.search(text or "")
+    if match is None:
+        return fallback("unparseable")
+    try:
+        data = json.loads(match.group(0))
+    except ValueError:
+        return fallback("unparseable")
+    if not isinstance(data, dict):
+        return fallback("unparseable")
+    action = data.get("action")
+    if action == "adjourn":
+        if any(counts.get(m, 0) == 0 for m in present):
+            return fallback("adjourn_before_everyone_spoke")
+        return Decision("adjourn")
+    if action != "invite":
+        return fallback("unknown_action")
+    chosen = data.get("next")
+    if not isinstance(chosen, str) or not chosen:
+        return fallback("no_speaker")
+    if chosen not in present:
+        return fallback("absent_speaker")
+    return Decision("invite", chosen)
+
+
+def round_of(speeches: int, present: int) -> int:
+    """The round a meeting is in: one round is as many speeches as members present."""
+    return speeches // max(1, present) + 1
+
+
+def round_cap_reached(speeches: int, present: int, max_rounds: int) -> bool:
+    """Whether the meeting has had its rounds; the cap always ends it, whatever the moderator."""
+    return speeches >= max_rounds * max(1, present)
+
+
+# -- budgets and minutes --------------------------------------------------------------------------
+
+SpeechVerdict = Literal["accepted", "retry", "failed"]
+
+
+def judge_speech(text: str, *, limit: int, attempt: int) -> SpeechVerdict:
+    """A speech over the hard limit is rejected, never truncated (a truncated speech lets its
+    speaker believe it was heard): asked once more with the limit stated, then failed."""
+    if len(text) <= limit:
+        return "accepted"
+    return "retry" if attempt == 1 else "failed"
+
+
+def retry_instructions(limit: int, size: int) -> str:
+    return (
+        f"Your speech had {size} characters; the hard limit is {limit}. It was not posted. "
+        f"Say it again in fewer than {limit} characters."
+    )
+
+
+def validate_minutes(
+    text: str, *, transcript_chars: int, limit: int, others: Sequence[str]
+) -> str | None:
+    """Why a member's minutes are refused, or None: they must be non-empty, shorter than the
+    transcript (minutes that grow copy the meeting instead of compressing it), within the limit
+    and not identical to another member's (one set of minutes for all is a broadcast)."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if len(stripped) > limit:
+        return "over_limit"
+    if len(stripped) >= transcript_chars:
+        return "not_shorter_than_transcript"
+    if any(stripped == other.strip() for other in others):
+        return "identical_to_another"
+    return None
+
+
+# -- prompts --------------------------------------------------------------------------------------
+
+
+def project_context(
+    transcript: Sequence[tuple[str, str]], mail: Sequence[tuple[str, str]], max_chars: int
+) -> str:
+    """A bounded projection of a member's OWN context: its latest work-channel messages and its
+    open mail, newest first kept, within ``max_chars``. Empty when there is nothing."""
+    lines: list[str] = []
+    used = 0
+    sections = (
+        ("Your recent work:", [f"- {who}: {what}" for who, what in reversed(transcript)]),
+        ("Your open mail:", [f"- {subject}: {body}" for subject, body in reversed(mail)]),
+    )
+    for title, items in sections:
+        kept: list[str] = []
+        for item in items:
+            item = item.replace("\n", " ")
+            if used + len(item) > max_chars:
+                room = max_chars - used
+                if room > 40:
+                    kept.append(item[: room - 1] + "…")
+                    used = max_chars
+                break
+            kept.append(item)
+            used += len(item)
+        if kept:
+            lines.append(title)
+            lines.extend(reversed(kept) if title == "Your recent work:" else kept)
+    return "\n".join(lines)
+
+
+def entry_prompt(
+    *,
+    name: str,
+    topic: str,
+    convened_by: str,
+    present: Sequence[str],
+    target: int,
+    projection: str,
+) -> str:
+    """The positioning prompt of an entrant (R3): who it is, the topic, who convened, who is
+    present (humans included), what it may say, the rules; no answer template."""
+    others = ", ".join(present) or "nobody yet"
+    text = (
+        f"[Meeting] You are {name}.\n"
+        f"Topic: {topic}\n"
+        f"Convened by: {convened_by}\n"
+        f"Present: {others}\n\n"
+        "You were called to this meeting. Say what the others do not know but should, about "
+        "your own direction: where you are, what blocks you, what you need from whom.\n"
+        "Rules:\n"
+        "- The moderator decides who speaks; you will be called when it is your turn.\n"
+        f"- About {target} characters per speech; do not count, and do not use tools to "
+        "check the length.\n"
+        "- No fixed format: say it however it is clearest.\n"
+        "- Humans present may speak at any time.\n"
+    )
+    if projection:
+        text += (
+            "\nYour own private context (only you see it; quote from it only what the meeting "
+            f"needs):\n{projection}\n"
+        )
+    return text
+
+
+def speech_instructions(*, first: bool) -> str:
+    """The first speech reports where the member stands; later ones respond to the others."""
+    if first:
+        return (
+            "Say where you stand: what you are doing, where you are stuck, what you need. "
+            "Speak as yourself; no tools."
+        )
+    return (
+        "Respond to what the others said: answer their questions, test their assumptions, "
+        "agree on who does what. Speak as yourself; no tools."
+    )
+
+
+def moderator_prompt(
+    *,
+    topic: str,
+    roster: Sequence[str],
+    present: Sequence[str],
+    not_spoken: Sequence[str],
+    counts: Mapping[str, int],
+    round_number: int,
+    max_rounds: int,
+) -> str:
+    """What the moderator sees: the topic, the roster, who has not spoken and the speech counts
+    (and the transcript, given beside it). Nobody's private context, so nobody can bias it."""
+    tally = ", ".join(f"{m}: {counts.get(m, 0)}" for m in present)
+    return (
+        "You moderate this meeting. You have NO private context of any participant: you see "
+        "only the topic, the transcript, the roster, who has not spoken and speech counts.\n"
+        f"Topic: {topic}\n"
+        f"Roster: {', '.join(roster)}\n"
+        f"Present: {', '.join(present)}\n"
+        f"Not yet spoken: {', '.join(not_spoken) or 'everyone has spoken'}\n"
+        f"Speeches so far: {tally}\n"
+        f"Round {round_number} of {max_rounds}.\n"
+        'Answer with JSON only: {"action":"invite","next":"<member id>"} to give the floor, '
+        'or {"action":"adjourn"} to end the meeting.'
+    )
+
+
+def minutes_prompt(*, name: str, topic: str, limit: int) -> str:
+    return (
+        f"The meeting on {topic!r} is over. You are {name}. Write YOUR minutes: only what "
+        "matters to you and your work (decisions that affect you, what you must do, what others "
+        f"expect from you), shorter than the transcript and under {limit} characters. Plain "
+        "text; no tools."
+    )
+
+
+# -- the light path: briefs, stall signals, throttle ----------------------------------------------
+
+StallKind = Literal["silent_slot", "stale_briefing", "repeated_fingerprint", "no_progress"]
+
+
+def fingerprint(text: str) -> str:
+    """A content fingerprint that ignores case, spacing and digits, so an agent repeating the
+    same conclusion with a new counter still repeats."""
+    normal = re.sub(r"\d+", "#", re.sub(r"\s+", " ", text.strip().lower()))
+    return hashlib.sha256(normal.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StallSignal:
+    kind: StallKind
+    member: str | None
+    detail: str
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "member": self.member, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class MemberObservation:
+    """What the hub saw of one member, never what it said about itself."""
+
+    agent_id: str
+    last_activity: datetime | None
+    last_brief: datetime | None
+    recent_fingerprints: tuple[str, ...]
+
+
+def detect_stall(
+    now: datetime,
+    members: Sequence[MemberObservation],
+    *,
+    last_progress: datetime | None,
+    silent_after: timedelta,
+    brief_stale_after: timedelta,
+    no_progress_after: timedelta,
+    repeat_window: int,
+) -> list[StallSignal]:
+    """The four stall signals, computed from outside (source 002 invariant 7: an agent stuck in
+    a loop is the one least able to say so)."""
+    signals: list[StallSignal] = []
+    for m in members:
+        if m.last_activity is None or now - m.last_activity > silent_after:
+            signals.append(StallSignal("silent_slot", m.agent_id, "no turn or brief in time"))
+        if m.last_brief is not None and now - m.last_brief > brief_stale_after:
+            signals.append(StallSignal("stale_briefing", m.agent_id, "latest brief is stale"))
+        recent = m.recent_fingerprints[-repeat_window:]
+        if len(recent) == repeat_window and len(set(recent)) == 1:
+            signals.append(
+                StallSignal(
+                    "repeated_fingerprint",
+                    m.agent_id,
+                    f"the last {repeat_window} outputs have the same content",
+                )
+            )
+    if last_progress is None or now - last_progress > no_progress_after:
+        signals.append(StallSignal("no_progress", None, "no new mail, brief or speech"))
+    return signals
+
+
+def may_convene(
+    now: datetime, last_meeting: datetime | None, *, min_interval: timedelta, stalled: bool
+) -> tuple[bool, str]:
+    """The throttle of convening, which a stall bypasses: stuck right after a meeting is exactly
+    when help is needed."""
+    if stalled:
+        return True, "stall"
+    if last_meeting is not None and now - last_meeting < min_interval:
+        return False, "throttled"
+    return True, "due"
+
+
+def pulse_conclusion(signals: Sequence[StallSignal]) -> str:
+    """A stable text of a pulse's conclusion, so the log is written only when it changes."""
+    if not signals:
+        return "ok"
+    kinds = sorted({f"{s.kind}:{s.member or '*'}" for s in signals})
+    return "stalled " + " ".join(kinds)

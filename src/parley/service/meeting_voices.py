@@ -1,0 +1,430 @@
+"""What members say in a meeting, each with its own runtime (R3, R5, R8, R11): speeches with
+the bounded projection of the speaker's own context and the budget enforced at the commit point,
+and minutes validated and delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from parley.core import discussion as d
+from parley.core import meetings as mt
+from parley.core.channels import TRANSCRIPT_WINDOW, ChannelMessage, Invocation
+from parley.core.errors import RuntimeFailure
+from parley.core.identity import MODERATOR_ID, Principal
+from parley.core.ids import new_ulid
+from parley.core.mail import OPEN_STATUSES, InboxFilter
+from parley.core.ports import Runtime, Tx
+from parley.core.redact import redact_text
+from parley.core.rooms import Meeting, Minutes, Room, Speech
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
+from parley.service.channels import Channels
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+from parley.service.mail import Mail
+from parley.service.tasks import TaskRunner
+
+PROJECTION_MESSAGES = 20
+
+
+class StopSignal:
+    """The cancel signal of a meeting turn: set by the emergency stop."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> Literal[True]:
+        await self.event.wait()
+        return True
+
+
+def meeting_turn(
+    ctx: ServiceContext,
+    invocation_id: str,
+    agent: AgentProfile,
+    meeting: Meeting,
+    prompt: Prompt,
+    stop: asyncio.Event,
+    round_number: int,
+) -> Turn:
+    """A turn in a meeting. It carries no task id: it is not a discussion task, and a remote
+    agent's answer must not be checked against one. It offers no tools: a meeting is for
+    talking."""
+    return Turn(
+        invocation_id=invocation_id,
+        agent=agent,
+        channel_id=meeting.channel_id,
+        session_id=meeting.id,
+        prompt=prompt,
+        timeout_s=ctx.settings.turn_timeout_s,
+        cancel=StopSignal(stop),
+        round=round_number,
+    )
+
+
+def entries(window: Sequence[ChannelMessage]) -> tuple[TranscriptEntry, ...]:
+    names = {MODERATOR_ID: "moderator", "system": "system"}
+    return tuple(d.transcript_entry(m, names) for m in window)
+
+
+class Voices:
+    """Speeches and minutes of meeting members, each produced by the member's own runtime."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        tasks: TaskRunner,
+        mail: Mail,
+        runtime_for: Callable[[Principal], Runtime | None],
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        self.tasks = tasks
+        self.mail = mail
+        self.runtime_for = runtime_for
+
+    async def projection(self, agent: Principal, max_chars: int) -> str:
+        """The bounded projection of the agent's OWN context: its latest work-channel messages
+        and its open mail. Read at each speech, not at entry: it keeps working meanwhile."""
+        transcript: list[tuple[str, str]] = []
+        mail: list[tuple[str, str]] = []
+        async with self.ctx.store.read() as tx:
+            if agent.work_channel_id is not None:
+                for m in await tx.channel_messages(
+                    agent.work_channel_id, latest=PROJECTION_MESSAGES
+                ):
+                    transcript.append((m.sender_id, m.content))
+            flt = InboxFilter(status=list(OPEN_STATUSES), limit=PROJECTION_MESSAGES)
+            for msg in await tx.list_inbox(agent.id, flt):
+                if msg.kind != "minutes":
+                    mail.append((msg.subject, msg.body))
+        return mt.project_context(transcript, mail[-PROJECTION_MESSAGES:], max_chars)
+
+    async def speak(
+        self,
+        stop: asyncio.Event,
+        meeting: Meeting,
+        room: Room,
+        window: list[ChannelMessage],
+        member: str,
+        counts: dict[str, int],
+    ) -> None:
+        """One member's speech, produced with no tools by its own runtime, committed with its
+        record when accepted; over the hard limit it is asked once more, then failed (R5)."""
+        agent = await self.identity.require(member)
+        runtime = self.runtime_for(agent)
+        present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
+        round_number = mt.round_of(meeting.speeches, len(present))
+        limit = room.config.speech_limit
+        humans = [m for m in await self.channel_members(meeting) if m not in present]
+        system = "\n\n".join(
+            part
+            for part in (
+                agent.persona,
+                mt.entry_prompt(
+                    name=agent.display_name,
+                    topic=meeting.topic,
+                    convened_by=meeting.convened_by,
+                    present=[*present, *humans],
+                    target=room.config.speech_target,
+                    projection=await self.projection(agent, room.config.projection_chars),
+                ),
+            )
+            if part
+        )
+        instructions = mt.speech_instructions(first=counts.get(member, 0) == 0)
+        runtime_kind = agent.runtime_kind
+        for attempt in (1, 2):
+            invocation_id = new_ulid()
+            if runtime is None:
+                await self.record_speech(
+                    meeting,
+                    member,
+                    round_number,
+                    attempt,
+                    "failed",
+                    0,
+                    runtime_kind,
+                    "",
+                    "no_runtime",
+                    None,
+                )
+                return
+            prompt = Prompt(
+                system=system,
+                task=meeting.topic,
+                transcript=entries(window),
+                instructions=instructions,
+            )
+            profile = AgentProfile(
+                id=agent.id,
+                display_name=agent.display_name,
+                workspace=agent.workspace,
+                persona=agent.persona,
+                runtime=agent.runtime,
+            )
+            turn = meeting_turn(
+                self.ctx, invocation_id, profile, meeting, prompt, stop, round_number
+            )
+            try:
+                result = await runtime.respond(turn)
+            except RuntimeFailure as exc:
+                await self.record_speech(
+                    meeting,
+                    member,
+                    round_number,
+                    attempt,
+                    "failed",
+                    0,
+                    runtime_kind,
+                    redact_text(str(exc.details.get("model_route") or "")),
+                    exc.code,
+                    None,
+                )
+                return
+            text = result.text.strip()
+            route = redact_text(result.model_route)
+            verdict = mt.judge_speech(text, limit=limit, attempt=attempt)
+            if verdict == "accepted" and not result.is_silent:
+                await self.record_speech(
+                    meeting,
+                    member,
+                    round_number,
+                    attempt,
+                    "accepted",
+                    len(text),
+                    runtime_kind,
+                    route,
+                    None,
+                    text,
+                )
+                return
+            if result.is_silent:
+                await self.record_speech(
+                    meeting,
+                    member,
+                    round_number,
+                    attempt,
+                    "failed",
+                    0,
+                    runtime_kind,
+                    route,
+                    "no_reply",
+                    None,
+                )
+                return
+            outcome = "over_limit" if verdict == "retry" else "failed"
+            await self.record_speech(
+                meeting,
+                member,
+                round_number,
+                attempt,
+                outcome,
+                len(text),
+                runtime_kind,
+                route,
+                f"over_limit: {len(text)} > {limit}",
+                None,
+            )
+            if verdict == "failed":
+                return
+            instructions = mt.retry_instructions(limit, len(text))
+
+    async def channel_members(self, meeting: Meeting) -> list[str]:
+        async with self.ctx.store.read() as tx:
+            return await tx.channel_members(meeting.channel_id)
+
+    async def record_speech(
+        self,
+        meeting: Meeting,
+        member: str,
+        round_number: int,
+        attempt: int,
+        outcome: Any,
+        chars: int,
+        runtime_kind: str,
+        route: str,
+        reason: str | None,
+        text: str | None,
+    ) -> None:
+        async def job(tx: Tx) -> None:
+            message_id = None
+            if text is not None:
+                message = await self.channels.append(
+                    tx,
+                    meeting.channel_id,
+                    sender_id=member,
+                    sender_kind="agent",
+                    content=text,
+                    round=round_number,
+                    metadata={"runtime": runtime_kind, "model_route": route, "speech": True},
+                )
+                message_id = message.id
+                row: Meeting = await tx.get("meetings", meeting.id, for_update=True)
+                await tx.update(
+                    "meetings", meeting.id, speeches=row.speeches + 1, round=round_number
+                )
+            tx.insert(
+                "speeches",
+                Speech(
+                    id=new_ulid(),
+                    meeting_id=meeting.id,
+                    agent_id=member,
+                    round=round_number,
+                    attempt=attempt,
+                    outcome=outcome,
+                    chars=chars,
+                    runtime=runtime_kind,
+                    model_route=route[:300],
+                    message_id=message_id,
+                    reason=reason,
+                    created=self.ctx.clock.now(),
+                ),
+            )
+            await tx.update("room_members", member, last_activity=self.ctx.clock.now())
+            if outcome != "accepted":
+                self.ctx.events.record(
+                    tx,
+                    f"meeting.speech_{outcome}",
+                    actor=member,
+                    subject=f"meeting:{meeting.id}",
+                    payload={"round": round_number, "attempt": attempt, "reason": reason},
+                    trace_id=meeting.id,
+                )
+
+        await self.ctx.store.write(job)
+
+    def invocation(
+        self,
+        tx: Tx,
+        invocation_id: str,
+        meeting: Meeting,
+        agent_id: str,
+        round_number: int,
+        route: str,
+        outcome: Any,
+        reason: str | None,
+    ) -> None:
+        tx.insert(
+            "invocations",
+            Invocation(
+                id=invocation_id,
+                task_id=meeting.id,
+                channel_id=meeting.channel_id,
+                trigger_id=None,
+                round=round_number,
+                agent_id=agent_id,
+                prompt_first_id=None,
+                prompt_last_id=None,
+                prompt_chars=0,
+                model_route=route,
+                outcome=outcome,
+                reason=(reason or "")[:64] or None,
+                created=self.ctx.clock.now(),
+            ),
+        )
+
+    # -- minutes (R8, R11) ------------------------------------------------------------------------
+    async def write_minutes(self, meeting: Meeting, room: Room) -> list[Minutes]:
+        """Each present member's own minutes by its own runtime, validated; a refused draft is
+        retried once with the reason, then recorded as failed."""
+        async with self.ctx.store.read() as tx:
+            messages = await tx.channel_messages(meeting.channel_id, limit=10_000)
+        speeches = [m for m in messages if m.sender_kind in ("agent", "human")]
+        transcript_chars = sum(len(m.content) for m in speeches)
+        quoted = entries(speeches[-TRANSCRIPT_WINDOW:])
+        out: list[Minutes] = []
+        accepted: list[str] = []
+        for attendee in meeting.attendees:
+            if attendee.attendance != "present":
+                continue
+            agent = await self.identity.require(attendee.agent_id)
+            runtime = self.runtime_for(agent)
+            task = mt.minutes_prompt(
+                name=agent.display_name, topic=meeting.topic, limit=room.config.minutes_limit
+            )
+            reason: str | None = "no_runtime" if runtime is None else None
+            text, route, attempts = "", "", 0
+            instructions = "Write your minutes now."
+            while runtime is not None and attempts < 2:
+                attempts += 1
+                profile = AgentProfile(
+                    id=agent.id,
+                    display_name=agent.display_name,
+                    workspace=agent.workspace,
+                    persona=agent.persona,
+                    runtime=agent.runtime,
+                )
+                prompt = Prompt(
+                    system=agent.persona, task=task, transcript=quoted, instructions=instructions
+                )
+                # Minutes are written after the meeting: a stop no longer cancels them.
+                turn = meeting_turn(
+                    self.ctx, new_ulid(), profile, meeting, prompt, asyncio.Event(), meeting.round
+                )
+                try:
+                    result = await runtime.respond(turn)
+                except RuntimeFailure as exc:
+                    reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
+                    continue
+                text, route = result.text.strip(), redact_text(result.model_route)
+                reason = mt.validate_minutes(
+                    text,
+                    transcript_chars=transcript_chars,
+                    limit=room.config.minutes_limit,
+                    others=accepted,
+                )
+                if reason is None:
+                    break
+                instructions = f"Your draft was refused ({reason}); write it again."
+            if reason is None:
+                accepted.append(text)
+            out.append(
+                Minutes(
+                    id=new_ulid(),
+                    meeting_id=meeting.id,
+                    agent_id=agent.id,
+                    status="delivered" if reason is None else "failed",
+                    text=text if reason is None else "",
+                    runtime=agent.runtime_kind,
+                    model_route=route[:300],
+                    attempts=attempts,
+                    reason=reason,
+                    created=self.ctx.clock.now(),
+                )
+            )
+        return out
+
+    async def deliver_minutes(self, tx: Tx, meeting: Meeting, record: Minutes) -> Minutes:
+        """A ``minutes`` mail, and a message in the member's work channel, which wakes it (C2)."""
+        msg = await self.mail.deliver_system(
+            tx,
+            record.agent_id,
+            "minutes",
+            f"Minutes: {meeting.topic[:120]}",
+            record.text,
+            {"meeting_id": meeting.id, "room_id": meeting.room_id},
+        )
+        agent: Principal | None = await tx.get("principals", record.agent_id)
+        if agent is not None and agent.work_channel_id is not None:
+            channel = await tx.get_channel(agent.work_channel_id, for_update=True)
+            if channel is not None and channel.status == "active":
+                trigger = await self.channels.append(
+                    tx,
+                    channel.id,
+                    sender_id=MODERATOR_ID,
+                    sender_kind="moderator",
+                    content=f"[Meeting minutes: {meeting.topic[:120]}]\n{record.text}",
+                    trigger=True,
+                    metadata={"meeting_id": meeting.id, "minutes": True},
+                )
+                await self.tasks.start_task(tx, channel, trigger)
+        return record.model_copy(update={"mail_id": msg.id})

@@ -1,0 +1,636 @@
+"""Meetings (R2–R9, R11): convening a room, the meeting driver, human interjections, the
+emergency stop, minutes, dismissal and recovery.
+
+A meeting's transcript is the messages of its own ``meeting`` channel: each speech is committed
+there when it is spoken (R7), with its speech record, in one transaction. Every member speaks and
+writes its minutes with its own runtime (R11); the moderator uses the convener's runtime and sees
+only the topic, the transcript, the roster, who has not spoken and the counts (R4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from parley.core import meetings as mt
+from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Task
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
+from parley.core.identity import MODERATOR_ID, Principal
+from parley.core.ids import new_id, new_ulid
+from parley.core.limits import StorableText, check_size, check_text
+from parley.core.ports import Runtime, Tx
+from parley.core.redact import redact_text
+from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
+from parley.core.runtime import AgentProfile, Prompt, TurnResult
+from parley.service.channels import Channels, channel_topic
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+from parley.service.mail import Mail
+from parley.service.meeting_voices import Voices, entries, meeting_turn
+from parley.service.rooms import Rooms, not_a_member
+from parley.service.tasks import TaskRunner
+
+log = logging.getLogger("parley.meetings")
+
+
+class ConveneSpec(BaseModel):
+    """A meeting to convene: its topic and, optionally, which members to summon (all by
+    default; each must be a member)."""
+
+    topic: StorableText = Field(min_length=1, max_length=2000)
+    members: list[StorableText] | None = Field(default=None, max_length=200)
+
+
+@dataclass
+class _Live:
+    """In-process state of a meeting this hub drives."""
+
+    meeting_id: str
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    runner: asyncio.Task[None] | None = None
+
+
+class Meetings:
+    """Convenes, drives, stops and records meetings."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        tasks: TaskRunner,
+        mail: Mail,
+        rooms: Rooms,
+        runtime_for: Callable[[Principal], Runtime | None],
+        runtime_for_config: Callable[[str, dict[str, Any]], Runtime | None],
+        hub_id: str,
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        self.tasks = tasks
+        self.mail = mail
+        self.rooms = rooms
+        self.runtime_for = runtime_for
+        self.runtime_for_config = runtime_for_config
+        self.hub_id = hub_id
+        self.live: dict[str, _Live] = {}
+        self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
+
+    # -- convening --------------------------------------------------------------------------------
+    async def convene(self, caller: Principal, room_id: str, spec: ConveneSpec) -> Meeting:
+        """Summon the room's members (R2): a working one awaits entry at its next turn end, an
+        idle or done one enters at once. Refused, with nobody left half-summoned, for a
+        non-member, a non-member summoned, a meeting already running, or nobody able to enter."""
+
+        async def job(tx: Tx) -> Meeting:
+            room = await self.rooms.require(tx, room_id)
+            if caller.kind == "agent":
+                own: RoomMember | None = await tx.get("room_members", caller.id)
+                if own is None or own.room_id != room_id:
+                    raise not_a_member(caller.id, room_id, "convene its meetings")
+            me = tx.table("meetings").c
+            running = await tx.select(
+                "meetings", me.room_id == room_id, me.status == "running", limit=1
+            )
+            if running:
+                raise Conflict(
+                    f"meeting {running[0].id!r} is already running in room {room_id!r}; wait for "
+                    "it to end or stop it",
+                    code="meeting_already_running",
+                )
+            rows = await self.rooms.member_rows(tx, room_id)
+            by_id = {row.agent_id: row for row in rows}
+            wanted = list(by_id) if spec.members is None else list(dict.fromkeys(spec.members))
+            strangers = [m for m in wanted if m not in by_id]
+            if strangers:
+                raise PermissionDenied(
+                    f"{strangers!r} are not members of room {room_id!r} and cannot be summoned; "
+                    "only members attend a room's meetings",
+                    code="summon_non_member",
+                )
+            if not wanted:
+                raise Conflict(f"room {room_id!r} has no members to summon", code="room_empty")
+            attendees: list[Attendee] = []
+            for agent_id in wanted:
+                row = by_id[agent_id]
+                before = mt.activity(in_flight=self.rooms.in_flight(agent_id), recorded=row.state)
+                state = mt.summon(before)
+                if state == "awaiting-entry" and room.config.entry_boundary == "immediate":
+                    state = mt.enter(state)
+                attendees.append(
+                    Attendee(
+                        agent_id=agent_id,
+                        before=before,
+                        attendance="present" if state == "in-meeting" else "awaiting",
+                        entered_round=1 if state == "in-meeting" else None,
+                    )
+                )
+            if not any(a.attendance == "present" for a in attendees):
+                raise Conflict(
+                    f"nobody in room {room_id!r} can enter now: {wanted!r} all have a turn in "
+                    "flight; convene again when one of them is idle",
+                    code="nobody_can_enter",
+                )
+            now = self.ctx.clock.now()
+            meeting_id = new_id("mtg-")
+            channel = Channel(
+                id=new_ulid(),
+                name=f"meeting: {spec.topic[:60]}",
+                kind="meeting",
+                private=True,
+                created_by=caller.id,
+                created=now,
+                turn_timeout_s=self.ctx.settings.turn_timeout_s,
+                discussion_rounds=1,
+                metadata={"room_id": room_id, "meeting_id": meeting_id},
+            )
+            tx.insert("channels", channel)
+            await tx.flush()
+            members = [a.agent_id for a in attendees]
+            if caller.id not in members:
+                members.append(caller.id)
+            await tx.set_members(channel.id, members)
+            convener_runtime = self._moderator_runtime_label(caller, room)
+            meeting = Meeting(
+                id=meeting_id,
+                room_id=room_id,
+                channel_id=channel.id,
+                topic=spec.topic,
+                convened_by=caller.id,
+                moderator_route=convener_runtime,
+                round=1,
+                max_rounds=room.config.max_rounds,
+                attendees=attendees,
+                owner=self.hub_id,
+                created=now,
+            )
+            tx.insert("meetings", meeting)
+            for a in attendees:
+                state = "in-meeting" if a.attendance == "present" else "awaiting-entry"
+                await tx.update(
+                    "room_members",
+                    a.agent_id,
+                    state=state,
+                    state_before=a.before,
+                    meeting_id=meeting_id,
+                )
+            await self.channels.post_as_moderator(
+                tx, channel.id, f"[Meeting convened by {caller.id}] Topic: {spec.topic}"
+            )
+            self.ctx.events.record(
+                tx,
+                "meeting.convened",
+                actor=caller.id,
+                subject=f"meeting:{meeting_id}",
+                payload={
+                    "room_id": room_id,
+                    "channel_id": channel.id,
+                    "present": [a.agent_id for a in attendees if a.attendance == "present"],
+                    "awaiting": [a.agent_id for a in attendees if a.attendance == "awaiting"],
+                    "moderator": convener_runtime,
+                },
+                trace_id=meeting_id,
+            )
+            self._publish(tx, meeting)
+            tx.after_commit(lambda: self.launch(meeting))
+            return meeting
+
+        return await self.ctx.store.write(job)
+
+    def _moderator_runtime_label(self, convener: Principal, room: Room) -> str:
+        if convener.kind == "agent" and convener.runtime_kind not in ("none", "remote"):
+            return f"convener:{convener.id}:{convener.runtime_kind}"
+        return f"room:{room.config.moderator_runtime.get('kind', 'none')}"
+
+    def _publish(self, tx: Tx, meeting: Meeting) -> None:
+        data = {"type": "meeting", "meeting": meeting.model_dump(mode="json")}
+        topic = channel_topic(meeting.channel_id)
+        bus = self.ctx.bus
+        tx.after_commit(lambda: bus.publish(topic, data))
+
+    def launch(self, meeting: Meeting) -> None:
+        live = _Live(meeting.id)
+        self.live[meeting.id] = live
+        live.runner = asyncio.create_task(self._drive(live), name=f"parley-meeting-{meeting.id}")
+
+    # -- entry at the work-unit boundary ----------------------------------------------------------
+    async def on_task_finished(self, task: Task) -> None:
+        """A turn ended: members of it that await entry enter now (their boundary)."""
+        for agent_id in task.members:
+            if self.rooms.in_flight(agent_id):
+                continue
+            await self._admit(agent_id)
+
+    async def _admit(self, agent_id: str) -> None:
+        async def job(tx: Tx) -> str | None:
+            member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
+            if member is None or member.state != "awaiting-entry" or member.meeting_id is None:
+                return None
+            meeting: Meeting | None = await tx.get("meetings", member.meeting_id, for_update=True)
+            if meeting is None or meeting.status != "running":
+                return None
+            attendees = [
+                a.model_copy(update={"attendance": "present", "entered_round": meeting.round})
+                if a.agent_id == agent_id
+                else a
+                for a in meeting.attendees
+            ]
+            await tx.update("meetings", meeting.id, attendees=[a.model_dump() for a in attendees])
+            await tx.update("room_members", agent_id, state=mt.enter(member.state))
+            self.ctx.events.record(
+                tx,
+                "meeting.entered",
+                actor=agent_id,
+                subject=f"meeting:{meeting.id}",
+                payload={"agent_id": agent_id, "round": meeting.round, "late": True},
+                trace_id=meeting.id,
+            )
+            self._publish(tx, meeting.model_copy(update={"attendees": attendees}))
+            return meeting.id
+
+        meeting_id = await self.ctx.store.write(job)
+        live = self.live.get(meeting_id or "")
+        if live is not None:
+            live.changed.set()
+
+    # -- the driver -------------------------------------------------------------------------------
+    async def _drive(self, live: _Live) -> None:
+        end: MeetingEndReason = "failed"
+        error: str | None = None
+        minutes: list[Minutes] = []
+        try:
+            end = await self._rounds(live)
+            if end in ("adjourned", "round_cap"):
+                meeting, room, _ = await self._load(live.meeting_id)
+                minutes = await self.voices.write_minutes(meeting, room)
+        except asyncio.CancelledError:
+            end, error = "interrupted", "the hub stopped while the meeting ran"
+            raise
+        except Exception as exc:  # a bug or a store failure: never leave a meeting running
+            log.exception("meeting %s failed", live.meeting_id)
+            end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
+        finally:
+            self.live.pop(live.meeting_id, None)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._close(live.meeting_id, end, error, minutes))
+
+    async def _load(self, meeting_id: str) -> tuple[Meeting, Room, list[ChannelMessage]]:
+        async with self.ctx.store.read() as tx:
+            meeting: Meeting = await tx.get("meetings", meeting_id)
+            room = await self.rooms.require(tx, meeting.room_id)
+            window = await tx.channel_messages(meeting.channel_id, latest=TRANSCRIPT_WINDOW)
+        return meeting, room, window
+
+    async def _rounds(self, live: _Live) -> MeetingEndReason:
+        counts: dict[str, int] = {}
+        last: str | None = None
+        while True:
+            meeting, room, window = await self._load(live.meeting_id)
+            if live.stop.is_set() or meeting.stop_requested:
+                return "stopped"
+            # An awaiting member whose turn ended while nobody told us enters now.
+            for a in meeting.attendees:
+                if a.attendance == "awaiting" and not self.rooms.in_flight(a.agent_id):
+                    await self._admit(a.agent_id)
+            present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
+            # Turns given, not speeches committed: a failed speech is a turn too, or a meeting
+            # whose every speech fails would never reach its cap.
+            turns = max(meeting.speeches, sum(counts.values()))
+            if mt.round_cap_reached(turns, len(present), meeting.max_rounds):
+                return "round_cap"
+            decision = await self._moderate(live, meeting, room, window, present, counts, last)
+            if live.stop.is_set():
+                return "stopped"
+            if decision.action == "adjourn":
+                return "adjourned"
+            assert decision.next is not None
+            await self.voices.speak(live.stop, meeting, room, window, decision.next, counts)
+            counts[decision.next] = counts.get(decision.next, 0) + 1
+            last = decision.next
+
+    async def _moderate(
+        self,
+        live: _Live,
+        meeting: Meeting,
+        room: Room,
+        window: list[ChannelMessage],
+        present: list[str],
+        counts: dict[str, int],
+        last: str | None,
+    ) -> mt.Decision:
+        runtime, agent = await self._moderator(meeting, room)
+        roster = [a.agent_id for a in meeting.attendees]
+        round_number = mt.round_of(meeting.speeches, len(present))
+        text: str | None = None
+        failure: str | None = None
+        result: TurnResult | None = None
+        invocation_id = new_ulid()
+        if runtime is None:
+            failure = "no_moderator_model"
+        else:
+            prompt = Prompt(
+                system=mt.moderator_prompt(
+                    topic=meeting.topic,
+                    roster=roster,
+                    present=present,
+                    not_spoken=[m for m in present if counts.get(m, 0) == 0],
+                    counts=counts,
+                    round_number=round_number,
+                    max_rounds=meeting.max_rounds,
+                ),
+                task=meeting.topic,
+                transcript=entries(window),
+                instructions="Answer with the JSON decision only.",
+            )
+            turn = meeting_turn(
+                self.ctx, invocation_id, agent, meeting, prompt, live.stop, round_number
+            )
+            try:
+                result = await runtime.respond(turn)
+                text = result.text
+            except RuntimeFailure as exc:
+                failure = exc.code
+        decision = mt.parse_decision(
+            text, present=present, counts=counts, last=last, failure=failure
+        )
+        route = redact_text(result.model_route) if result else meeting.moderator_route
+
+        async def job(tx: Tx) -> None:
+            if runtime is not None:
+                self.voices.invocation(
+                    tx,
+                    invocation_id,
+                    meeting,
+                    MODERATOR_ID,
+                    round_number,
+                    route,
+                    "failed" if failure else "accepted",
+                    decision.fallback,
+                )
+            self.ctx.events.record(
+                tx,
+                "meeting.moderator_fallback" if decision.fallback else "meeting.moderator",
+                actor=MODERATOR_ID,
+                subject=f"meeting:{meeting.id}",
+                payload={
+                    "action": decision.action,
+                    "next": decision.next,
+                    "fallback": decision.fallback,
+                    "model_route": route,
+                    "scripted": route.startswith("scripted"),
+                },
+                trace_id=meeting.id,
+            )
+
+        await self.ctx.store.write(job)
+        return decision
+
+    async def _moderator(self, meeting: Meeting, room: Room) -> tuple[Runtime | None, AgentProfile]:
+        """The convener's runtime, or the room's default moderator runtime for a human (or a
+        remote agent, which has no model the hub can call)."""
+        convener = await self.identity.get(meeting.convened_by)
+        profile = AgentProfile(
+            id=MODERATOR_ID, display_name="moderator", workspace=None, persona="", runtime={}
+        )
+        if (
+            convener is not None
+            and convener.kind == "agent"
+            and convener.runtime_kind not in ("none", "remote")
+        ):
+            return self.runtime_for(convener), profile
+        config = room.config.moderator_runtime
+        if config.get("kind", "none") == "none":
+            return None, profile
+        return self.runtime_for_config(f"{room.id}.moderator", config), profile
+
+    # -- the end: dismissal, minutes delivery ------------------------------------------------------
+    async def _close(
+        self,
+        meeting_id: str,
+        end: MeetingEndReason,
+        error: str | None,
+        minutes: Sequence[Minutes],
+        *,
+        only_if_owner_dead: bool = False,
+    ) -> Meeting | None:
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> Meeting | None:
+            meeting: Meeting | None = await tx.get("meetings", meeting_id, for_update=True)
+            if meeting is None or meeting.status != "running":
+                return None
+            if (
+                only_if_owner_dead
+                and meeting.owner is not None
+                and await self.ctx.store.is_alive(meeting.owner)
+            ):
+                return None
+            await tx.get_channel(meeting.channel_id, for_update=True)
+            await tx.update(
+                "meetings", meeting_id, status="ended", end_reason=end, error=error, ended=now
+            )
+            await tx.update("channels", meeting.channel_id, status="closed")
+            for a in meeting.attendees:
+                member: RoomMember | None = await tx.get(
+                    "room_members", a.agent_id, for_update=True
+                )
+                if member is None or member.meeting_id != meeting_id:
+                    continue
+                # Restore the state the summons found, for those who came late or never too.
+                restored = mt.dismiss(member.state, member.state_before or a.before)
+                await tx.update(
+                    "room_members", a.agent_id, state=restored, state_before=None, meeting_id=None
+                )
+            p = tx.table("pending_turns").c
+            for turn in await tx.select(
+                "pending_turns", p.channel_id == meeting.channel_id, p.status == "pending"
+            ):
+                await tx.update("pending_turns", turn.id, status="cancelled")
+            note = {
+                "interrupted": "[Meeting interrupted] The hub stopped while it ran; the "
+                "transcript is kept.",
+                "stopped": "[Meeting stopped] An emergency stop ended it.",
+                "failed": f"[Meeting failed] {error or ''}",
+            }.get(end, f"[Meeting adjourned] ({end})")
+            await self.channels.post_as_system(tx, meeting.channel_id, note)
+            for record in minutes:
+                if record.status == "delivered":
+                    record = await self.voices.deliver_minutes(tx, meeting, record)
+                tx.insert("minutes", record)
+            self.ctx.events.record(
+                tx,
+                "meeting.ended",
+                actor="system",
+                subject=f"meeting:{meeting_id}",
+                payload={"end_reason": end, "error": error, "speeches": meeting.speeches},
+                trace_id=meeting_id,
+            )
+            done = meeting.model_copy(
+                update={"status": "ended", "end_reason": end, "error": error, "ended": now}
+            )
+            self._publish(tx, done)
+            return done
+
+        return await self.ctx.store.write(job)
+
+    # -- humans, stop, queries, recovery ----------------------------------------------------------
+    async def post(self, caller: Principal, meeting_id: str, content: str) -> ChannelMessage:
+        """A human speaks into a running meeting without taking a turn (R6); the next speaker
+        sees it in its transcript."""
+        if caller.kind != "human":
+            raise PermissionDenied(
+                f"{caller.id!r} is an agent; agents speak in a meeting when the moderator gives "
+                "them the floor",
+                code="meeting_post_humans_only",
+            )
+        if not content.strip():
+            raise InvalidRequest("message content is empty", code="empty_message")
+        check_text(content, "message content")
+        size = check_size(
+            len(content.encode("utf-8", "surrogatepass")),
+            self.ctx.settings.message_max_bytes,
+            "the message content",
+            code="message_too_large",
+        )
+        ticket = self.ctx.quotas.ticket(caller)
+        ticket.charge(messages=1, nbytes=size)
+
+        async def job(tx: Tx) -> ChannelMessage:
+            meeting: Meeting | None = await tx.get("meetings", meeting_id)
+            if meeting is None:
+                raise NotFound(f"no meeting {meeting_id!r}", code="meeting_not_found")
+            if meeting.status != "running":
+                raise Conflict(
+                    f"meeting {meeting_id!r} has ended ({meeting.end_reason}); it takes no more "
+                    "messages",
+                    code="meeting_ended",
+                )
+            members = await tx.channel_members(meeting.channel_id)
+            if caller.id not in members:
+                await tx.set_members(meeting.channel_id, [*members, caller.id])
+            return await self.channels.append(
+                tx, meeting.channel_id, sender_id=caller.id, sender_kind="human", content=content
+            )
+
+        try:
+            return await self.ctx.store.write(job)
+        except Exception:
+            ticket.refund()
+            raise
+
+    async def stop(self, caller: Principal) -> list[Meeting]:
+        """Emergency stop (R9): no room id; stops every running meeting the caller may stop (the
+        operator and humans: all; an agent: its room's), and returns them once they have
+        actually ended: a stop that only says "ok" while the meeting goes on is worse than none."""
+
+        async def job(tx: Tx) -> list[str]:
+            me = tx.table("meetings").c
+            running: list[Meeting] = await tx.select("meetings", me.status == "running")
+            if caller.kind == "agent":
+                member: RoomMember | None = await tx.get("room_members", caller.id)
+                room = member.room_id if member else None
+                running = [m for m in running if m.room_id == room]
+            for m in running:
+                await tx.update("meetings", m.id, stop_requested=True)
+                self.ctx.events.record(
+                    tx,
+                    "meeting.stop_requested",
+                    actor=caller.id,
+                    subject=f"meeting:{m.id}",
+                    trace_id=m.id,
+                )
+            return [m.id for m in running]
+
+        ids = await self.ctx.store.write(job)
+        for meeting_id in ids:
+            live = self.live.get(meeting_id)
+            if live is None:
+                continue
+            live.stop.set()
+            if live.runner is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(live.runner)
+        async with self.ctx.store.read() as tx:
+            return [await tx.get("meetings", meeting_id) for meeting_id in ids]
+
+    async def get(self, caller: Principal, meeting_id: str) -> Meeting:
+        async with self.ctx.store.read() as tx:
+            meeting: Meeting | None = await tx.get("meetings", meeting_id)
+            if meeting is None:
+                raise NotFound(f"no meeting {meeting_id!r}", code="meeting_not_found")
+            await self.rooms.check_visible(tx, caller, meeting.room_id)
+        return meeting
+
+    async def of_room(self, caller: Principal, room_id: str) -> list[Meeting]:
+        async with self.ctx.store.read() as tx:
+            await self.rooms.check_visible(tx, caller, room_id)
+            me = tx.table("meetings").c
+            return await tx.select("meetings", me.room_id == room_id, order_by=[me.id])
+
+    async def transcript(self, caller: Principal, meeting_id: str) -> list[ChannelMessage]:
+        meeting = await self.get(caller, meeting_id)
+        async with self.ctx.store.read() as tx:
+            page = await tx.channel_page(
+                meeting.channel_id, limit=500, max_bytes=self.ctx.settings.page_max_bytes
+            )
+        return page.rows
+
+    async def speeches(self, caller: Principal, meeting_id: str) -> list[Speech]:
+        await self.get(caller, meeting_id)
+        async with self.ctx.store.read() as tx:
+            s = tx.table("speeches").c
+            return await tx.select("speeches", s.meeting_id == meeting_id, order_by=[s.id])
+
+    async def minutes(self, caller: Principal, meeting_id: str) -> list[Minutes]:
+        """Minutes of a meeting: an agent sees only its own, humans and the operator all."""
+        await self.get(caller, meeting_id)
+        async with self.ctx.store.read() as tx:
+            n = tx.table("minutes").c
+            rows: list[Minutes] = await tx.select(
+                "minutes", n.meeting_id == meeting_id, order_by=[n.agent_id]
+            )
+        if caller.kind == "agent":
+            rows = [r for r in rows if r.agent_id == caller.id]
+        return rows
+
+    async def wait_idle(self) -> None:
+        """Wait until no meeting of this hub is being driven (tests, demo, shutdown)."""
+        while self.live:
+            runners = [lv.runner for lv in list(self.live.values()) if lv.runner is not None]
+            await asyncio.gather(*runners, return_exceptions=True)
+
+    async def recover(self) -> list[Meeting]:
+        """On start: a meeting left running by a hub that is gone is closed as interrupted, its
+        transcript kept and its members restored (R7)."""
+        async with self.ctx.store.read() as tx:
+            me = tx.table("meetings").c
+            running: list[Meeting] = await tx.select("meetings", me.status == "running")
+        out = []
+        for meeting in running:
+            closed = await self._close(
+                meeting.id,
+                "interrupted",
+                "the hub restarted while the meeting ran",
+                (),
+                only_if_owner_dead=True,
+            )
+            if closed is not None:
+                out.append(closed)
+        return out
+
+    async def stop_all(self) -> None:
+        for live in list(self.live.values()):
+            if live.runner is not None:
+                live.runner.cancel()
+        for live in list(self.live.values()):
+            if live.runner is not None:
+                with contextlib.suppress(BaseException):
+                    await live.runner

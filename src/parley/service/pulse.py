@@ -1,0 +1,239 @@
+"""The light path of rooms (R10): ``pulse(room)`` runs the briefing tick once, evaluates the stall
+triggers once, and escalates a stall to a meeting convened by the human seat. The stall is
+computed from what the hub observed, never from what members say of themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from parley.core import meetings as mt
+from parley.core.channels import ChannelMessage
+from parley.core.errors import ParleyError
+from parley.core.identity import OPERATOR_ID, Principal
+from parley.core.ids import new_ulid
+from parley.core.ports import Tx
+from parley.core.rooms import Brief, Meeting, PulseEntry, Room, RoomMember
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+from parley.service.mail import Mail
+from parley.service.meetings import ConveneSpec, Meetings
+from parley.service.rooms import Rooms
+
+log = logging.getLogger("parley.pulse")
+
+OBSERVED_MESSAGES = 20
+
+
+@dataclass
+class PulseResult:
+    """One pulse: the board summary, the signals, and whether (and why not) it escalated."""
+
+    room_id: str
+    summary: str
+    signals: list[dict[str, str | None]]
+    conclusion: str
+    escalated: bool
+    reason: str
+    meeting_id: str | None = None
+    logged: bool = False
+    broadcast_to: list[str] = field(default_factory=list)
+
+
+class Pulse:
+    """Runs the light tick and the stall escalation of rooms."""
+
+    def __init__(
+        self, ctx: ServiceContext, identity: Identity, mail: Mail, rooms: Rooms, meetings: Meetings
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.mail = mail
+        self.rooms = rooms
+        self.meetings = meetings
+        self._broadcast: dict[str, str] = {}  # room id -> the last summary broadcast
+
+    async def pulse(self, caller: Principal, room_id: str) -> PulseResult:
+        """Run once: broadcast the board summary if it changed (no model call), evaluate the
+        triggers once, escalate a stall; failure to escalate is a reason, never an exception."""
+        async with self.ctx.store.read() as tx:
+            room = await self.rooms.check_visible(tx, caller, room_id)
+            members = await self.rooms.member_rows(tx, room_id)
+            observations, last_progress, briefs = await self._observe(tx, room, members)
+            last_meeting = await self._last_meeting(tx, room_id)
+            last_log = await self._last_log(tx, room_id)
+        summary = self.rooms.board_summary(briefs)
+        result = PulseResult(room_id, summary, [], "ok", False, "no stall")
+        if summary and self._broadcast.get(room_id) != summary:
+            result.broadcast_to = await self._broadcast_board(room, members, summary)
+        now = self.ctx.clock.now()
+        signals = mt.detect_stall(
+            now,
+            observations,
+            last_progress=last_progress,
+            silent_after=timedelta(seconds=room.config.silent_after_s),
+            brief_stale_after=timedelta(seconds=room.config.brief_stale_after_s),
+            no_progress_after=timedelta(seconds=room.config.no_progress_after_s),
+            repeat_window=room.config.repeat_window,
+        )
+        result.signals = [s.as_dict() for s in signals]
+        result.conclusion = mt.pulse_conclusion(signals)
+        if signals:
+            allowed, why = mt.may_convene(
+                now,
+                last_meeting,
+                min_interval=timedelta(seconds=room.config.min_meeting_interval_s),
+                stalled=True,
+            )
+            if allowed:
+                result.escalated, result.reason, result.meeting_id = await self._escalate(
+                    room, result.conclusion, why
+                )
+            else:
+                result.reason = why
+        if last_log is None or (last_log.conclusion, last_log.reason) != (
+            result.conclusion,
+            result.reason,
+        ):
+            await self._log(result)
+            result.logged = True
+        return result
+
+    async def _observe(
+        self, tx: Tx, room: Room, members: list[RoomMember]
+    ) -> tuple[list[mt.MemberObservation], datetime | None, list[Brief]]:
+        b = tx.table("briefs").c
+        briefs: list[Brief] = await tx.select(
+            "briefs", b.room_id == room.id, order_by=[b.created, b.id]
+        )
+        progress: list[datetime] = [m.joined for m in members]
+        progress += [brief.created for brief in briefs]
+        out = []
+        for member in members:
+            agent: Principal | None = await tx.get("principals", member.agent_id)
+            own: list[ChannelMessage] = []
+            if agent is not None and agent.work_channel_id is not None:
+                recent = await tx.channel_messages(agent.work_channel_id, latest=OBSERVED_MESSAGES)
+                own = [m for m in recent if m.sender_id == member.agent_id]
+            mine = [brief for brief in briefs if brief.agent_id == member.agent_id]
+            outputs = sorted(
+                [(m.created, m.content) for m in own] + [(x.created, x.text) for x in mine]
+            )
+            times = [t for t, _ in outputs]
+            if member.last_activity is not None:
+                times.append(member.last_activity)
+            progress += times
+            out.append(
+                mt.MemberObservation(
+                    member.agent_id,
+                    max(times) if times else None,
+                    mine[-1].created if mine else None,
+                    tuple(mt.fingerprint(text) for _, text in outputs),
+                )
+            )
+        if members:
+            m = tx.table("messages").c
+            mail = await tx.select(
+                "messages",
+                m.recipient_id.in_([x.agent_id for x in members]),
+                order_by=[m.created.desc()],
+                limit=1,
+            )
+            progress += [msg.created for msg in mail]
+        return out, (max(progress) if progress else None), briefs
+
+    async def _last_meeting(self, tx: Tx, room_id: str) -> datetime | None:
+        me = tx.table("meetings").c
+        rows: list[Meeting] = await tx.select(
+            "meetings", me.room_id == room_id, order_by=[me.created.desc()], limit=1
+        )
+        return rows[0].created if rows else None
+
+    async def _last_log(self, tx: Tx, room_id: str) -> PulseEntry | None:
+        p = tx.table("pulse_log").c
+        rows: list[PulseEntry] = await tx.select(
+            "pulse_log", p.room_id == room_id, order_by=[p.id.desc()], limit=1
+        )
+        return rows[0] if rows else None
+
+    async def _broadcast_board(
+        self, room: Room, members: list[RoomMember], summary: str
+    ) -> list[str]:
+        async def job(tx: Tx) -> list[str]:
+            for member in members:
+                await self.mail.deliver_system(
+                    tx,
+                    member.agent_id,
+                    "notice",
+                    f"Briefing board of room {room.name!r}",
+                    summary,
+                    {"room_id": room.id},
+                )
+            return [m.agent_id for m in members]
+
+        sent = await self.ctx.store.write(job)
+        self._broadcast[room.id] = summary
+        return sent
+
+    async def _escalate(
+        self, room: Room, conclusion: str, why: str
+    ) -> tuple[bool, str, str | None]:
+        """Convene as the human seat (the stall is an outside intervention: borrowing a member's
+        identity would give the moderator its model and the record the wrong convener)."""
+        try:
+            seat = await self.identity.require(OPERATOR_ID)
+            meeting = await self.meetings.convene(
+                seat, room.id, ConveneSpec(topic=f"Stall in room {room.name}: {conclusion}"[:2000])
+            )
+        except ParleyError as exc:
+            return False, f"not escalated: {exc.code}: {exc.message}", None
+        return True, f"escalated ({why})", meeting.id
+
+    async def _log(self, result: PulseResult) -> None:
+        entry = PulseEntry(
+            id=new_ulid(),
+            room_id=result.room_id,
+            conclusion=result.conclusion,
+            escalated=result.escalated,
+            reason=result.reason,
+            signals=list(result.signals),
+            meeting_id=result.meeting_id,
+            created=self.ctx.clock.now(),
+        )
+
+        async def job(tx: Tx) -> None:
+            tx.insert("pulse_log", entry)
+            self.ctx.events.record(
+                tx,
+                "room.pulse",
+                actor="system",
+                subject=f"room:{result.room_id}",
+                payload={
+                    "conclusion": result.conclusion,
+                    "escalated": result.escalated,
+                    "reason": result.reason,
+                    "meeting_id": result.meeting_id,
+                },
+            )
+
+        await self.ctx.store.write(job)
+
+    async def pulse_all(self) -> None:
+        """The scheduled pulse of every room (``PARLEY_ROOM_PULSE_S``)."""
+        seat = await self.identity.require(OPERATOR_ID)
+        async with self.ctx.store.read() as tx:
+            r = tx.table("rooms").c
+            rooms: list[Room] = await tx.select("rooms", order_by=[r.id])
+        for room in rooms:
+            try:
+                await self.pulse(seat, room.id)
+            except Exception:
+                log.exception("pulse of room %s failed", room.id)
+
+    async def log(self, caller: Principal, room_id: str) -> list[PulseEntry]:
+        async with self.ctx.store.read() as tx:
+            await self.rooms.check_visible(tx, caller, room_id)
+            p = tx.table("pulse_log").c
+            return await tx.select("pulse_log", p.room_id == room_id, order_by=[p.id])

@@ -1,0 +1,360 @@
+"""Meeting rooms and their membership (R1), members' observed activity (R2) and the briefing
+board (R10). Membership is the permission boundary: only members convene, only members are
+summoned, and joining is the member's own act (or the operator's), which is its consent to be
+summoned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from parley.core import meetings as mt
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import Principal
+from parley.core.ids import new_id
+from parley.core.limits import StorableText, check_text
+from parley.core.ports import Tx
+from parley.core.rooms import Brief, MemberState, Room, RoomConfig, RoomMember
+from parley.service.channels import Channels
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+
+
+class RoomSpec(BaseModel):
+    """A new room."""
+
+    name: StorableText = Field(min_length=1, max_length=200)
+    config: RoomConfig = Field(default_factory=RoomConfig)
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """A member as others see it: who, which session, which workspace, and its state now."""
+
+    agent_id: str
+    room_id: str
+    session_id: str
+    workspace: str | None
+    state: MemberState
+    meeting_id: str | None
+
+
+def not_a_member(agent_id: str, room_id: str, action: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"{agent_id!r} is not a member of room {room_id!r} and may not {action}; join the room "
+        "first",
+        code="not_a_room_member",
+    )
+
+
+class Rooms:
+    """Rooms, members and briefs."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        in_flight: Callable[[str], bool],
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        # Whether an agent has a turn in flight in this hub: the hub's own observation of
+        # "working", never the agent's say-so.
+        self.in_flight = in_flight
+
+    # -- rooms ------------------------------------------------------------------------------------
+    async def create(self, caller: Principal, spec: RoomSpec) -> Room:
+        if spec.config.moderator_runtime.get("kind", "none") != "none" and not caller.is_operator:
+            raise PermissionDenied(
+                "only the operator may give a room a moderator runtime: its calls are paid by "
+                "the hub; leave moderator_runtime out to moderate by safe rotation",
+                code="operator_only",
+            )
+        room = Room(
+            id=new_id("room-"),
+            name=spec.name,
+            created_by=caller.id,
+            created=self.ctx.clock.now(),
+            config=spec.config,
+        )
+
+        async def job(tx: Tx) -> Room:
+            tx.insert("rooms", room)
+            self.ctx.events.record(
+                tx,
+                "room.created",
+                actor=caller.id,
+                subject=f"room:{room.id}",
+                payload={"name": room.name},
+            )
+            return room
+
+        return await self.ctx.store.write(job)
+
+    async def require(self, tx: Tx, room_id: str) -> Room:
+        room: Room | None = await tx.get("rooms", room_id)
+        if room is None:
+            raise NotFound(f"no room {room_id!r}", code="room_not_found")
+        return room
+
+    async def check_visible(self, tx: Tx, caller: Principal, room_id: str) -> Room:
+        """Humans and the operator see every room; an agent sees only its own."""
+        room = await self.require(tx, room_id)
+        if caller.kind == "agent":
+            member: RoomMember | None = await tx.get("room_members", caller.id)
+            if member is None or member.room_id != room_id:
+                raise not_a_member(caller.id, room_id, "see it")
+        return room
+
+    async def get(self, caller: Principal, room_id: str) -> Room:
+        async with self.ctx.store.read() as tx:
+            return await self.check_visible(tx, caller, room_id)
+
+    async def visible(self, caller: Principal) -> list[Room]:
+        async with self.ctx.store.read() as tx:
+            r = tx.table("rooms").c
+            if caller.kind != "agent":
+                return await tx.select("rooms", order_by=[r.created, r.id])
+            member: RoomMember | None = await tx.get("room_members", caller.id)
+            if member is None:
+                return []
+            return await tx.select("rooms", r.id == member.room_id)
+
+    # -- members ----------------------------------------------------------------------------------
+    def view(self, member: RoomMember) -> MemberView:
+        state: MemberState = member.state
+        if state not in ("awaiting-entry", "in-meeting"):
+            state = mt.activity(in_flight=self.in_flight(member.agent_id), recorded=member.state)
+        return MemberView(
+            member.agent_id,
+            member.room_id,
+            member.session_id,
+            member.workspace,
+            state,
+            member.meeting_id,
+        )
+
+    async def member_rows(self, tx: Tx, room_id: str) -> list[RoomMember]:
+        m = tx.table("room_members").c
+        return await tx.select("room_members", m.room_id == room_id, order_by=[m.joined, m.id])
+
+    async def members(self, caller: Principal, room_id: str) -> list[MemberView]:
+        async with self.ctx.store.read() as tx:
+            await self.check_visible(tx, caller, room_id)
+            return [self.view(row) for row in await self.member_rows(tx, room_id)]
+
+    async def join(
+        self, caller: Principal, room_id: str, agent_id: str, *, session_id: str | None = None
+    ) -> MemberView:
+        """Add an agent to a room: by itself or by the operator (joining is consent to be
+        summoned). Refused while it is in a meeting, already in a room, has a turn in flight
+        (joining changes what a running agent is told), or for a session other than its main
+        (work-channel) one: a sub-agent session may not join, or one agent could outvote a room
+        with its children."""
+        if not (caller.is_operator or caller.id == agent_id):
+            raise PermissionDenied(
+                f"{caller.id!r} may not add {agent_id!r} to a room; an agent joins by itself, or "
+                "the operator adds it",
+                code="room_join_forbidden",
+            )
+
+        async def job(tx: Tx) -> MemberView:
+            room = await self.require(tx, room_id)
+            agent: Principal | None = await tx.get("principals", agent_id)
+            if agent is None or agent.kind != "agent":
+                raise NotFound(f"no agent {agent_id!r}", code="agent_not_found")
+            current: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
+            if current is not None and current.state in ("awaiting-entry", "in-meeting"):
+                raise Conflict(
+                    f"{agent_id!r} is in a meeting of room {current.room_id!r}; it can join or "
+                    "leave a room only after the meeting ends",
+                    code="member_in_meeting",
+                )
+            if current is not None:
+                raise Conflict(
+                    f"{agent_id!r} already belongs to room {current.room_id!r}; an agent belongs "
+                    "to at most one room, so leave that room first",
+                    code="room_membership_exclusive",
+                )
+            if agent.work_channel_id is None:
+                raise InvalidRequest(
+                    f"{agent_id!r} has no work channel, so no session to join with",
+                    code="no_work_session",
+                )
+            main = await self.channels.session(tx, agent, agent.work_channel_id)
+            if session_id is not None and session_id != main.id:
+                raise PermissionDenied(
+                    f"session {session_id!r} is not {agent_id!r}'s main session; a sub-agent or "
+                    "child session may not join a room",
+                    code="subagent_cannot_join",
+                )
+            if self.in_flight(agent_id):
+                raise Conflict(
+                    f"{agent_id!r} has a turn in flight; it can join a room only while not "
+                    "working, so try again when its turn has ended",
+                    code="member_busy",
+                )
+            now = self.ctx.clock.now()
+            member = RoomMember(
+                id=agent_id,
+                agent_id=agent_id,
+                room_id=room.id,
+                session_id=main.id,
+                workspace=agent.workspace,
+                state="idle-waiting",
+                joined=now,
+                last_activity=now,
+            )
+            tx.insert("room_members", member)
+            self.ctx.events.record(
+                tx,
+                "room.joined",
+                actor=caller.id,
+                subject=f"room:{room.id}",
+                payload={"agent_id": agent_id, "session_id": main.id},
+            )
+            return self.view(member)
+
+        return await self.ctx.store.write(job)
+
+    async def leave(self, caller: Principal, room_id: str, agent_id: str) -> None:
+        """Take an agent out of its room (itself or the operator); refused in a meeting or while
+        it works."""
+        if not (caller.is_operator or caller.id == agent_id):
+            raise PermissionDenied(
+                f"{caller.id!r} may not remove {agent_id!r} from a room; only the agent itself "
+                "or the operator may",
+                code="room_leave_forbidden",
+            )
+
+        async def job(tx: Tx) -> None:
+            await self.require(tx, room_id)
+            member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
+            if member is None or member.room_id != room_id:
+                raise not_a_member(agent_id, room_id, "leave it")
+            if member.state in ("awaiting-entry", "in-meeting"):
+                raise Conflict(
+                    f"{agent_id!r} is in a meeting of room {room_id!r}; it can leave only after "
+                    "the meeting ends",
+                    code="member_in_meeting",
+                )
+            if self.in_flight(agent_id):
+                raise Conflict(
+                    f"{agent_id!r} has a turn in flight; it can leave only while not working",
+                    code="member_busy",
+                )
+            await tx.delete("room_members", agent_id)
+            self.ctx.events.record(
+                tx,
+                "room.left",
+                actor=caller.id,
+                subject=f"room:{room_id}",
+                payload={"agent_id": agent_id},
+            )
+
+        await self.ctx.store.write(job)
+
+    async def mark_done(self, caller: Principal, *, done: bool = True) -> MemberView:
+        """The caller marks its work done (or not done any more); a summons lets a done member
+        enter at once, and dismissal gives it back "done"."""
+
+        async def job(tx: Tx) -> MemberView:
+            member: RoomMember | None = await tx.get("room_members", caller.id, for_update=True)
+            if member is None:
+                raise PermissionDenied(
+                    f"{caller.id!r} is in no room; join a room before marking work done",
+                    code="not_a_room_member",
+                )
+            if member.state in ("awaiting-entry", "in-meeting"):
+                raise Conflict(
+                    f"{caller.id!r} is in a meeting; mark work done after it ends",
+                    code="member_in_meeting",
+                )
+            state: MemberState = "done" if done else "idle-waiting"
+            now = self.ctx.clock.now()
+            await tx.update("room_members", caller.id, state=state, last_activity=now)
+            self.ctx.events.record(
+                tx,
+                "room.member_state",
+                actor=caller.id,
+                subject=f"room:{member.room_id}",
+                payload={"agent_id": caller.id, "state": state},
+            )
+            return self.view(member.model_copy(update={"state": state}))
+
+        return await self.ctx.store.write(job)
+
+    # -- the briefing board (R10) -----------------------------------------------------------------
+    async def post_brief(self, caller: Principal, text: str) -> Brief:
+        """Post a bounded brief to the caller's room; only the latest N per member are kept."""
+        check_text(text, "the brief")
+        if not text.strip():
+            raise InvalidRequest("the brief is empty", code="empty_brief")
+
+        async def job(tx: Tx) -> Brief:
+            member: RoomMember | None = await tx.get("room_members", caller.id)
+            if member is None:
+                raise PermissionDenied(
+                    f"{caller.id!r} is in no room; join a room before posting briefs",
+                    code="not_a_room_member",
+                )
+            room = await self.require(tx, member.room_id)
+            cap = room.config.brief_max_chars
+            if len(text) > cap:
+                raise InvalidRequest(
+                    f"the brief has {len(text)} characters; room {room.id!r} takes at most "
+                    f"{cap}. Shorten it: it is rejected, not truncated",
+                    code="brief_too_long",
+                    limit=cap,
+                    size=len(text),
+                )
+            now = self.ctx.clock.now()
+            brief = Brief(
+                id=new_id(),
+                room_id=room.id,
+                agent_id=caller.id,
+                text=text,
+                fingerprint=mt.fingerprint(text),
+                created=now,
+            )
+            tx.insert("briefs", brief)
+            await tx.flush()
+            b = tx.table("briefs").c
+            mine: Sequence[Brief] = await tx.select(
+                "briefs",
+                b.room_id == room.id,
+                b.agent_id == caller.id,
+                order_by=[b.created.desc(), b.id.desc()],
+            )
+            for old in mine[room.config.briefs_kept :]:
+                await tx.delete("briefs", old.id)
+            await tx.update("room_members", caller.id, last_activity=now)
+            self.ctx.events.record(
+                tx,
+                "room.brief",
+                actor=caller.id,
+                subject=f"room:{room.id}",
+                payload={"brief_id": brief.id, "chars": len(text)},
+            )
+            return brief
+
+        return await self.ctx.store.write(job)
+
+    async def board(self, caller: Principal, room_id: str) -> list[Brief]:
+        async with self.ctx.store.read() as tx:
+            await self.check_visible(tx, caller, room_id)
+            b = tx.table("briefs").c
+            return await tx.select("briefs", b.room_id == room_id, order_by=[b.created, b.id])
+
+    @staticmethod
+    def board_summary(briefs: Sequence[Brief]) -> str:
+        """The board as one text, latest brief per member: broadcast without any model call."""
+        latest: dict[str, Brief] = {}
+        for brief in briefs:
+            latest[brief.agent_id] = brief
+        return "\n".join(f"- {agent}: {brief.text}" for agent, brief in sorted(latest.items()))

@@ -1,0 +1,69 @@
+"""What a starting hub does with the tasks a hub that is gone left running (Q4).
+
+A task that had already been told to stop (superseded, cancelled, its channel closed or deleted)
+ends the way it was told to, not as ``interrupted``: the crash only kept it from writing its
+own end. A task that was really cut off ends ``interrupted``, and its channel gets one note,
+however many of its tasks the crash cut off. Nothing committed is touched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from parley.core import discussion as d
+from parley.core.channels import EndReason, Task
+from parley.core.ports import Tx
+
+if TYPE_CHECKING:
+    from parley.service.tasks import TaskRunner
+
+STOPPED = "the hub stopped while the task ran"
+
+
+async def recover(runner: TaskRunner) -> list[Task]:
+    """End the tasks of dead hubs; return them. Remote agents' turns they offered are withdrawn
+    (an answer to one would be lost)."""
+    ctx = runner.ctx
+    now = ctx.clock.now()
+
+    async def job(tx: Tx) -> list[Task]:
+        t = tx.table("tasks").c
+        stale: list[Task] = await tx.select("tasks", t.status == "running", order_by=[t.id])
+        ended: list[Task] = []
+        noted: set[str] = set()
+        for task in stale:
+            # Channel row before task row: the lock order of every other task write.
+            channel = await tx.get_channel(task.channel_id, for_update=True)
+            row: Task = await tx.get("tasks", task.id, for_update=True)
+            if row.owner is not None and await ctx.store.is_alive(row.owner):
+                continue  # another live hub drives it (PostgreSQL)
+            status = channel.status if channel is not None else None
+            latest = channel.last_trigger_id if channel is not None else None
+            end: EndReason = "interrupted"
+            if row.cancel_requested:
+                # Told to stop before the hub died: that, not the crash, is how it ended.
+                end = d.stop_reason(status, latest, task.trigger_id)[1]
+            error = STOPPED if end == "interrupted" else None
+            await tx.update(
+                "tasks", task.id, status="finished", end_reason=end, error=error, finished=now
+            )
+            p = tx.table("pending_turns").c
+            offered = await tx.select("pending_turns", p.task_id == task.id, p.status == "pending")
+            for turn in offered:
+                await tx.update("pending_turns", turn.id, status="cancelled")
+            if end == "interrupted" and status == "active" and task.channel_id not in noted:
+                noted.add(task.channel_id)
+                await runner.channels.post_as_system(
+                    tx, task.channel_id, d.interrupted("the hub restarted while it ran")
+                )
+            ctx.events.record(
+                tx,
+                "task.interrupted" if end == "interrupted" else "task.finished",
+                actor="system",
+                subject=f"task:{task.id}",
+                payload={"end_reason": end, "recovered": True},
+            )
+            ended.append(row.model_copy(update={"status": "finished", "end_reason": end}))
+        return ended
+
+    return await ctx.store.write(job)

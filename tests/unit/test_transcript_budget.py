@@ -1,0 +1,46 @@
+"""The transcript window is bounded by its total size as well as by its count (C5, Q3): long
+messages cannot make a prompt outgrow a model's context, the latest entries stay, and the task
+keeps its own section."""
+
+from __future__ import annotations
+
+from parley.core import discussion as d
+from parley.core.channels import TRANSCRIPT_WINDOW
+from tests.unit.test_discussion_core import message, prompt_for, transcript_of
+
+TASK = "ORIGINAL TASK: design the scheduler"
+
+
+def test_long_messages_are_bounded_by_the_character_budget() -> None:
+    history = [message(1, "operator", "human", TASK)]
+    history += [message(i, "beta", "agent", f"{i} " + "x" * 6000) for i in range(2, 200)]
+    window = d.transcript_window(history)
+    entries = [d.transcript_entry(m, {}) for m in window]
+    assert 0 < len(window) < TRANSCRIPT_WINDOW
+    assert sum(d.entry_chars(e) for e in entries) <= d.TRANSCRIPT_CHAR_BUDGET
+    # The window is the latest messages: one more would break the budget.
+    assert window[-1].seq == 199 and window[0].seq == 199 - len(window) + 1
+    one_more = d.transcript_entry(history[-len(window) - 1], {})
+    assert sum(d.entry_chars(e) for e in entries) + d.entry_chars(one_more) > (
+        d.TRANSCRIPT_CHAR_BUDGET
+    )
+    prompt = prompt_for(3, window, task=TASK)
+    assert f"## User task\n{TASK}\n" in prompt.user_text()
+    assert prompt.char_count() < d.TRANSCRIPT_CHAR_BUDGET + 4000
+
+
+def test_short_messages_still_get_the_whole_count_window() -> None:
+    history = [message(i, "beta", "agent", f"short {i}") for i in range(1, 300)]
+    window = d.transcript_window(history)
+    assert len(window) == TRANSCRIPT_WINDOW
+    assert len(transcript_of(prompt_for(2, window))) == TRANSCRIPT_WINDOW
+
+
+def test_window_size_counts_from_the_latest_entry() -> None:
+    entries = [d.transcript_entry(message(i, "b", "agent", "y" * 100), {}) for i in range(1, 11)]
+    each = d.entry_chars(entries[0])
+    assert d.window_size(entries, budget=each * 3) == 3
+    assert d.window_size(entries, budget=each * 3 - 1) == 2
+    assert d.window_size(entries, limit=4, budget=10**9) == 4
+    assert d.window_size([], budget=10) == 0
+    assert d.window_size(entries, budget=0) == 0
