@@ -24,6 +24,8 @@ from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
+from parley.service.meetings import ConveneSpec
+from parley.service.rooms import RoomSpec
 from parley.surfaces.logs import install_redaction
 from parley.surfaces.rest.app import create_app
 from tests.conftest import AgentHandle, MakeAgent
@@ -158,6 +160,22 @@ async def fail_turns(hub: Hub, operator: Principal, observer: AgentHandle) -> li
     return channel_ids
 
 
+async def meet(hub: Hub, operator: Principal, observer: AgentHandle) -> tuple[str, str]:
+    """A meeting of a room the observer shares with two agents whose runtimes fail with their
+    secrets: their failed speeches and minutes are on record, readable by a member (the
+    observer, which has no runtime, is not summoned)."""
+    room = await hub.rooms.create(operator, RoomSpec(name="review room"))
+    for agent_id in ("victim-http", "victim-cmd", observer.id):
+        await hub.rooms.join(operator, room.id, agent_id)
+    spec = ConveneSpec(topic="the secrets", members=["victim-http", "victim-cmd"])
+    meeting = await hub.meetings.convene(operator, room.id, spec)
+    await hub.meetings.wait_idle()
+    await hub.tasks.wait_idle()
+    ended = await hub.meetings.get(operator, meeting.id)
+    assert (ended.status, ended.end_reason) == ("ended", "round_cap"), ended
+    return room.id, meeting.id
+
+
 def path_values(ids: dict[str, list[str]], template: str) -> list[str]:
     """Every way to fill ``template``'s path parameters with the hub's real ids."""
     names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
@@ -223,6 +241,7 @@ async def test_a_runtime_secret_reaches_no_other_agent(
     observer = await make_agent("observer")
     channel_ids = await fail_turns(hub, operator, observer)
     assert provider.requests, "the openai agent never called its provider"
+    room_id, meeting_id = await meet(hub, operator, observer)
     note = await send(hub, operator, observer.id, "notice", subject="last", body="end of test")
 
     async with hub.store.read() as tx:
@@ -235,10 +254,8 @@ async def test_a_runtime_secret_reaches_no_other_agent(
         "channel_id": visible,
         "message_id": messages,
         "task_id": tasks,
-        # Meeting records are not yet part of this sweep (no meeting is held here): their
-        # routes are called with ids that do not exist, and must still leak nothing.
-        "room_id": ["room-none"],
-        "meeting_id": ["mtg-none"],
+        "room_id": [room_id],
+        "meeting_id": [meeting_id],
     }
 
     app = create_app(hub=hub)
@@ -265,6 +282,8 @@ async def test_a_runtime_secret_reaches_no_other_agent(
                 "/v1/channels/{channel_id}/tasks",
                 "/v1/tasks/{task_id}",
                 "/v1/tasks/{task_id}/invocations",
+                "/v1/rooms/meetings/{meeting_id}/speeches",
+                "/v1/rooms/meetings/{meeting_id}/minutes",
             ):
                 assert template in answered, template
 
@@ -304,8 +323,10 @@ async def test_a_runtime_secret_reaches_no_other_agent(
             status, text, _ = await sse_events(rest, "/v1/events/stream", lambda _: True)
             assert status == 403, text
             secrets.assert_absent(text, "the hub's event stream")
-            status, text, _ = await sse_events(rest, "/v1/rooms/meetings/mtg-none/stream", bool)
-            assert status == 404, text
+            status, text, _ = await sse_events(
+                rest, f"/v1/rooms/meetings/{meeting_id}/stream", lambda events: len(events) > 0
+            )
+            assert status == 200, text
             secrets.assert_absent(text, "a meeting's stream")
 
         # Every reading MCP tool, with every id it takes.
