@@ -1,4 +1,4 @@
-"""Configuration (pydantic-settings) and the one place the data root is resolved.
+"""Configuration (pydantic-settings). The data root and its files are :mod:`parley.home`'s.
 
 The data root is explicit configuration (``--home`` or ``home=``) > ``PARLEY_HOME`` > the
 platform's user data directory — never the current working directory. A hub whose data root
@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The data root's files live in parley.home (no pydantic-settings, for the CLI's start-up);
-# they stay importable from here.
+# Defined in parley.home (no pydantic-settings, for the CLI's start-up); importable from here
+# for the hub's side.
 from parley.home import (
     DEFAULT_PORT,
     hub_info_path,

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub, default_runtimes
-from parley.config import Settings, resolve_home, write_hub_info
+from parley.config import Settings, resolve_home, write_hub_info, write_operator_token
 from parley.core.runtime import DONE_MARKER, Turn
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.rest.app import create_app
@@ -526,8 +526,6 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
         write_hub_info(home, url)
         token = hub.operator_token
         assert token is not None
-        from parley.surfaces.cli.serve import write_operator_token
-
         token_path = write_operator_token(home, token)
         console.print(
             Panel(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,8 @@ def operator_token_path(home: Path) -> Path:
 
 
 def write_operator_token(home: Path, token: str) -> Path:
-    """Store the operator token readable by this user only (0600). It is written to a new file
-    renamed over the old one, so a CLI reading it meanwhile finds the old token or the new one,
-    never an empty file."""
-    path = operator_token_path(home)
-    fd, temp = tempfile.mkstemp(dir=home, prefix=".operator.token.")  # created 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return path
+    """Store the operator token readable by this user only (0600), replaced atomically."""
+    return write_private(operator_token_path(home), token + "\n")
 
 
 def hub_info_path(home: Path) -> Path:

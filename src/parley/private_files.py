@@ -21,11 +21,21 @@ log = logging.getLogger("parley.files")
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path``, readable by this user only (0600), replacing any old file."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), PRIVATE_FILE)  # an existing file keeps its old mode on open
-        f.write(text)
+    """Write ``text`` to ``path``, readable by this user only (0600), replacing any old file.
+
+    The text goes to a new file renamed over the old one, so a client reading the file meanwhile
+    (the CLI reads the hub's URL and the operator token) finds the old text or the new, never an
+    empty or half-written file."""
+    import tempfile  # only the hub writes these files; the CLI's start-up does not pay for it
+
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # created 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.cli_support import (
     Cli,
     LineReader,
@@ -228,3 +230,35 @@ def test_events_lists_what_happened(cli: Cli) -> None:
     assert everything[0]["id"] not in {e["id"] for e in after}
     alice = cli.json("token", "issue", "alice")["token"]
     cli.fails("events", token=alice, code="operator_only")
+
+
+def test_mail_inbox_follows_pages_and_says_when_more_follow(
+    tmp_path: Path, backend: str, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A one-byte page budget: the hub hands the inbox out one message per page.
+    monkeypatch.setenv("PARLEY_PAGE_MAX_BYTES", "1")
+    home = tmp_path / "home"
+    with served_hub(home, database_url=database_url if backend == "postgres" else None):
+        cli = Cli(home)
+        alice = add_agent(cli, "alice")
+        sent = [cli.json("mail", "send", "alice", "--subject", f"m{i}")["id"] for i in range(3)]
+        assert [m["id"] for m in cli.json("mail", "inbox", token=alice)] == sent
+
+        first = cli.ok("mail", "inbox", "--limit", "2", "--json", token=alice)
+        shown = json.loads(first.stdout)
+        assert [m["id"] for m in shown] == sent[:2]
+        after = shown[-1]["seq"]
+        assert f"more mail follows; list it with --after-seq {after}" in first.stderr
+        rest = cli.ok("mail", "inbox", "--after-seq", str(after), "--json", token=alice)
+        assert [m["id"] for m in json.loads(rest.stdout)] == sent[2:]
+        assert "more mail follows" not in rest.stderr
+
+
+def test_mail_send_says_when_an_idempotent_resend_sent_nothing(cli: Cli) -> None:
+    add_agent(cli, "alice")
+    first = cli.json("mail", "send", "alice", "--idempotency-key", "k")
+    assert "replayed" not in first
+    again = cli.json("mail", "send", "alice", "--idempotency-key", "k")
+    assert again["id"] == first["id"] and again["replayed"] is True
+    readable = cli.ok("mail", "send", "alice", "--idempotency-key", "k").stdout
+    assert "already sent" in readable and first["id"] in readable

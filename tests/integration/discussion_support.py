@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
+from unittest.mock import patch
 
 from parley.core.channels import ChannelMessage, Invocation
 from parley.core.runtime import Turn
@@ -40,6 +42,12 @@ async def within(awaitable: Awaitable[Any], what: str = "an event") -> Any:
         return await asyncio.wait_for(awaitable, WAIT_S)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def as_another_hub(hub: Hub) -> AbstractContextManager[Any]:
+    """Commits made inside the block set no cancel event in this process, as when another hub
+    process makes them: a running task learns of them only from the store."""
+    return patch.object(hub.tasks, "_signal", lambda _ids: None)
 
 
 class Gate:

@@ -23,7 +23,7 @@ ALL_KINDS = (*MAILROOM_KINDS, *SESSION_KINDS, "minutes")
 
 async def send(hub: Hub, sender: Principal, to: str, kind: str = "task", **fields: Any) -> Message:
     """Send through the service layer as ``sender``."""
-    return await hub.mail.send(sender, SendRequest(to=to, kind=kind, **fields))
+    return (await hub.mail.send(sender, SendRequest(to=to, kind=kind, **fields))).message
 
 
 async def all_messages(hub: Hub) -> list[Message]:

@@ -147,7 +147,7 @@ async def world(hub: Hub, operator: Principal, make_agent: MakeAgent) -> World:
     posted = await hub.channels.post(operator, group.id, "what do you think?")
     turn = await hub.turns.next(alice.principal, timeout_s=15)
     assert turn is not None, "alice was offered no turn"
-    mail = await hub.mail.send(
+    sent = await hub.mail.send(
         alice.principal, SendRequest(to="bob", kind="task", subject="fuzz", body="hello")
     )
     principals = ["alice", "bob", "operator"]
@@ -157,7 +157,7 @@ async def world(hub: Hub, operator: Principal, make_agent: MakeAgent) -> World:
         known={
             "principals": principals,
             "channels": [group.id, alice.principal.work_channel_id or "", bob.id],
-            "messages": [mail.id],
+            "messages": [sent.message.id],
             "tasks": [posted.task_id or ""],
             "turns": [turn.id],
             "addresses": [*principals, f"channel:{group.id}", "*"],

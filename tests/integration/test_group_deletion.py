@@ -13,7 +13,13 @@ from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.integration.discussion_support import Gate, invocations, messages, within
+from tests.integration.discussion_support import (
+    Gate,
+    as_another_hub,
+    invocations,
+    messages,
+    within,
+)
 
 
 async def gated_group(
@@ -68,12 +74,8 @@ async def test_a_reply_that_reaches_the_commit_after_the_deletion_is_room_delete
     channel_id, gate = await gated_group(hub, operator, make_agent, runtimes)
     posted = await hub.channels.post(operator, channel_id, "discuss this")
     await within(gate.entered.wait(), "alpha's call")
-    signal = hub.tasks._signal
-    hub.tasks._signal = lambda _ids: None  # type: ignore[method-assign]
-    try:
+    with as_another_hub(hub):
         await hub.channels.delete(operator, channel_id)
-    finally:
-        hub.tasks._signal = signal  # type: ignore[method-assign]
     gate.release.set()
     await hub.tasks.wait_idle()
     task = await hub.tasks.get(operator, posted.task_id or "")

@@ -11,7 +11,7 @@ import pytest
 from parley.adapters.runtimes.scripted import ScriptedFailure, ScriptedRuntime
 from parley.bootstrap import build_hub
 from parley.config import Settings
-from parley.core.errors import Conflict, PermissionDenied
+from parley.core.errors import Conflict, PermissionDenied, StorageError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
@@ -24,6 +24,7 @@ from parley.service.rooms import RoomSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.meeting_support import is_meeting, members, room_with
+from tests.integration.test_metrics import samples
 
 
 async def finished(hub: Hub, operator: Principal, meeting_id: str) -> Meeting:
@@ -418,4 +419,71 @@ async def test_a_meeting_whose_every_speech_fails_still_ends_at_its_round_cap(
     failed = [e for e in await meeting_events(hub, meeting.id) if e.type == "meeting.speech_failed"]
     # Two rounds of two members, each turn failed once: the cap counts turns, not speeches.
     assert len(failed) == 4
+    # The rounds count the same turns: the second pair of failures is round 2, as the cap knows.
+    assert ended.turns == 4
+    assert [s.round for s in await hub.meetings.speeches(operator, meeting.id)] == [1, 1, 2, 2]
     assert await states(hub, operator, room.id) == {"a": "idle-waiting", "b": "idle-waiting"}
+
+
+async def test_text_the_store_cannot_hold_fails_a_speech_or_minutes_not_the_meeting(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    """A NUL in a speech or in minutes is refused like any bad draft: on PostgreSQL it would
+    otherwise end the meeting as failed, or leave it running with its members held in it."""
+    team = await members(make_agent, runtimes, ["a", "b"])
+    team["a"].speeches = ["a says \x00 something"]
+    team["b"].minutes = ["b: minutes \x00", "b: clean minutes"]
+    room = await room_with(hub, operator, ["a", "b"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    done = await finished(hub, operator, meeting.id)
+    assert (done.status, done.end_reason, done.speeches) == ("ended", "round_cap", 1)
+    got = [
+        (s.agent_id, s.outcome, s.reason) for s in await hub.meetings.speeches(operator, meeting.id)
+    ]
+    assert got == [("a", "failed", "invalid_text"), ("b", "accepted", None)]
+    minutes = {
+        m.agent_id: (m.status, m.attempts) for m in await hub.meetings.minutes(operator, meeting.id)
+    }
+    assert minutes == {"a": ("delivered", 1), "b": ("delivered", 2)}
+    assert await states(hub, operator, room.id) == {"a": "idle-waiting", "b": "idle-waiting"}
+
+
+async def test_a_meeting_whose_minutes_cannot_be_delivered_still_ends(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await members(make_agent, runtimes, ["a"])
+    room = await room_with(hub, operator, ["a"], max_rounds=1)
+
+    async def broken(*args: object) -> None:
+        raise StorageError("the inbox is gone")
+
+    monkeypatch.setattr(hub.meetings.voices, "deliver_minutes", broken)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    done = await finished(hub, operator, meeting.id)
+    assert (done.status, done.end_reason) == ("ended", "failed")
+    assert done.error is not None and "the inbox is gone" in done.error
+    assert await states(hub, operator, room.id) == {"a": "idle-waiting"}
+
+
+async def test_meeting_calls_are_counted_in_the_turn_metrics(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "b"])
+    team["b"].speeches = ["y" * 150, "b, shorter"]
+    room = await room_with(hub, operator, ["a", "b"], max_rounds=1, speech_limit=100)
+    a = await hub.identity.require("a")
+    meeting = await hub.meetings.convene(a, room.id, ConveneSpec(topic="t"))
+    await finished(hub, operator, meeting.id)
+
+    seen = samples(hub.ctx.metrics.exposition().decode())
+
+    # Two moderator decisions by a's model, two accepted speeches, and the wake turn the
+    # minutes start in each member's work channel; b's first speech, over the limit, rejected.
+    assert seen[("parley_turns_total", (("outcome", "accepted"), ("runtime", "scripted")))] == 6
+    assert seen[("parley_turns_total", (("outcome", "rejected"), ("runtime", "scripted")))] == 1
+    over = ("parley_turn_failures_total", (("reason", "over_limit"), ("runtime", "scripted")))
+    assert seen[over] == 1

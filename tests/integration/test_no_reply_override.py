@@ -13,7 +13,7 @@ from parley.core.runtime import NO_REPLY, Turn
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.integration.discussion_support import Gate, invocations, within
+from tests.integration.discussion_support import Gate, as_another_hub, invocations, within
 
 
 async def test_a_running_task_skips_sessions_overridden_to_no_reply(
@@ -51,12 +51,8 @@ async def test_a_running_task_skips_sessions_overridden_to_no_reply(
 
     # The callback lands while lead's turn runs, committed as another hub would: the flag is
     # stored, but no in-process cancel event reaches this task.
-    signal = hub.tasks._signal
-    hub.tasks._signal = lambda _ids: None  # type: ignore[method-assign]
-    try:
+    with as_another_hub(hub):
         await hub.discussions.callback(lead.principal, channel.id, "summary.md")
-    finally:
-        hub.tasks._signal = signal  # type: ignore[method-assign]
     gate.release.set()
     await hub.tasks.wait_idle()
 

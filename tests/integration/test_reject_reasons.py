@@ -4,6 +4,7 @@ docs list are exactly the ones the hub records."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -18,7 +19,13 @@ from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.integration.discussion_support import Gate, invocations, messages, within
+from tests.integration.discussion_support import (
+    Gate,
+    as_another_hub,
+    invocations,
+    messages,
+    within,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "supersede.md"
 
@@ -49,13 +56,8 @@ async def test_a_discussion_closed_by_its_callback_refuses_the_late_reply_as_can
     )
     [task] = await hub.tasks.of_channel(operator, channel.id)
     await within(gate.entered.wait(), "lead's turn")
-    signal = hub.tasks._signal
-    if not signalled:  # as if the callback was committed by another hub
-        hub.tasks._signal = lambda _ids: None  # type: ignore[method-assign]
-    try:
+    with contextlib.nullcontext() if signalled else as_another_hub(hub):
         await hub.discussions.callback(lead.principal, channel.id, "summary.md")
-    finally:
-        hub.tasks._signal = signal  # type: ignore[method-assign]
     gate.release.set()
     await hub.tasks.wait_idle()
     task = await hub.tasks.get(operator, task.id)

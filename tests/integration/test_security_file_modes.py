@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from parley.bootstrap import build_hub
-from parley.config import Settings, write_hub_info, write_operator_token
+from parley.config import Settings
+from parley.home import read_hub_info, write_hub_info, write_operator_token
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.testing import FakeClock, StaticRuntimes
@@ -143,3 +144,16 @@ async def test_a_data_root_open_to_others_is_restricted_at_start_with_a_warning(
         hub = await start(settings, clock, runtimes)
     await hub.stop()
     assert [r for r in caplog.records if r.name == "parley.files"] == []
+
+
+def test_the_hub_info_is_replaced_whole_never_rewritten_in_place(tmp_path: Path) -> None:
+    """A CLI reading ``hub.json`` while a starting hub rewrites it finds the old file or the new
+    one, never a truncated one: the new text goes to a new file renamed over the old."""
+    write_hub_info(tmp_path, "http://127.0.0.1:1")
+    old = (tmp_path / "hub.json").read_text()
+    with (tmp_path / "hub.json").open() as reading:
+        write_hub_info(tmp_path, "http://127.0.0.1:2")
+        assert reading.read() == old
+    assert read_hub_info(tmp_path)["url"] == "http://127.0.0.1:2"
+    assert [path.name for path in tmp_path.iterdir()] == ["hub.json"]  # no temporary file left
+    assert mode(tmp_path / "hub.json") == 0o600

@@ -18,6 +18,8 @@ from parley.config import Settings
 from parley.core.identity import Principal
 from parley.core.ports import Page, Tx
 from parley.service.hub import Hub
+from parley.service.tools.mail import check_inbox
+from parley.service.tools.registry import ToolCall
 from tests.conftest import MakeAgent
 from tests.integration.mail_support import send
 from tests.integration.test_mail_stream import READ_TIMEOUT_S, serving
@@ -82,6 +84,20 @@ async def test_an_inbox_page_stops_at_the_byte_budget_and_links_to_the_rest(
     assert [len(p) for p in got] == [3, 3, 3, 1]
     assert links[0] == "/v1/agents/bob/inbox?limit=100&after_seq=3"
     assert [m["id"] for p in got for m in p] == [m.id for m in sent]
+
+
+async def test_the_check_inbox_tool_says_more_follows_and_where(
+    hub: Hub, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    sent = [await send(hub, alice.principal, "bob", body=BIG) for _ in range(4)]
+    call = ToolCall(hub, bob.principal)
+    first = await check_inbox.run(call, {"limit": 100})
+    assert (first["count"], first["more"], first["next_after_seq"]) == (3, True, 3)
+    rest = await check_inbox.run(call, {"after_seq": first["next_after_seq"]})
+    assert "more" not in rest and "next_after_seq" not in rest
+    assert [m["id"] for m in first["messages"] + rest["messages"]] == [m.id for m in sent]
 
 
 async def test_a_page_of_small_mail_ends_at_its_limit_with_a_link(
@@ -206,6 +222,7 @@ class TestTinyBudget:
             await send(hub, operator, "bob", body=f"m{i}")
         async with hub.store.read() as tx:
             events = await hub.ctx.events.query(tx, limit=1000)
+        pages["page"].clear()  # the stream's pages count, not the query's above
         first = events[0].id
         assert hub.operator_token is not None
         async with serving(hub) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:

@@ -1,12 +1,14 @@
-"""A token in the URL (``?token=``) is taken by the event streams only, matched by their route,
-not by a path that happens to end in ``/stream``."""
+"""A token in the URL (``?token=``) is taken by the event streams only, matched by their route
+templates, not by a path that happens to end in ``/stream``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import httpx
 import pytest
+from starlette.routing import compile_path
 
 from parley.core.identity import Principal
 from parley.service.channels import ChannelSpec
@@ -81,3 +83,18 @@ def test_the_stream_routes_are_the_event_stream_routes(hub: Hub) -> None:
         in operations.get("get", {}).get("responses", {}).get("200", {}).get("content", {})
     }
     assert streams == STREAM_ROUTES
+
+
+@pytest.mark.parametrize("fill", ["x", "stream"])
+def test_no_other_get_route_shares_a_path_with_an_event_stream(hub: Hub, fill: str) -> None:
+    """The guard takes ``?token=`` by the stream templates, before routing: a path one of them
+    matches must not be one that another GET route could answer too."""
+    paths = create_app(hub=hub).openapi()["paths"]
+    others = [t for t, ops in paths.items() if "get" in ops and t not in STREAM_ROUTES]
+    assert others, "the OpenAPI document lists the GET routes"
+    streams = [compile_path(t)[0] for t in STREAM_ROUTES]
+    for template in others:
+        assert not any(s.fullmatch(re.sub(r"\{[^}]+\}", fill, template)) for s in streams)
+        other = compile_path(template)[0]
+        for stream in STREAM_ROUTES:
+            assert not other.fullmatch(re.sub(r"\{[^}]+\}", fill, stream)), (template, stream)

@@ -143,6 +143,7 @@ def test_minutes_validation() -> None:
         == "not_shorter_than_transcript"
     )
     assert mt.validate_minutes("other minutes ", **ok) == "identical_to_another"  # type: ignore[arg-type]
+    assert mt.validate_minutes("mine\x00", **ok) == "invalid_text"  # type: ignore[arg-type]
 
 
 # -- prompts ------------------------------------------------------------------------------------

@@ -38,11 +38,7 @@ class LocalWorkspace:
     def resolve_inside(self, workspace: str, path: str) -> Path:
         if not path or "\x00" in path:
             raise InvalidRequest("summaryPath is empty or not a path", code="invalid_summary_path")
-        root = Path(os.path.realpath(workspace))
-        candidate = Path(path)
-        if not candidate.is_absolute():
-            candidate = root / candidate
-        resolved = Path(os.path.realpath(candidate))
+        root, resolved = _resolve(workspace, path)
         if resolved != root and root not in resolved.parents:
             # Only what the caller gave and its own workspace are named: where a path outside
             # leads (``/proc/self/cwd``, ``/proc/self/fd/7``) is none of its business.
@@ -72,9 +68,7 @@ class LocalWorkspace:
     def write_inside(self, workspace: str, path: str, data: bytes) -> Path:
         if not path or "\x00" in path:
             raise InvalidRequest("the file path is empty or not a path", code="invalid_file_path")
-        root = Path(os.path.realpath(workspace))
-        candidate = Path(path) if os.path.isabs(path) else root / path
-        resolved = Path(os.path.realpath(candidate))
+        root, resolved = _resolve(workspace, path)
         if resolved == root:
             raise InvalidRequest(
                 f"path {preview(path)} is the workspace itself; name a file in it, e.g. "
@@ -122,6 +116,14 @@ class LocalWorkspace:
                 )
         _create(workspace, mine)
         return resolved
+
+
+def _resolve(workspace: str, path: str) -> tuple[Path, Path]:
+    """The workspace and ``path`` (relative to it unless absolute), both fully resolved (``..``
+    and symlinks), for the one containment rule of summaries and written files."""
+    root = Path(os.path.realpath(workspace))
+    candidate = Path(path) if os.path.isabs(path) else root / path
+    return root, Path(os.path.realpath(candidate))
 
 
 def _absolute(workspace: str) -> str:

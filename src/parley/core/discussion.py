@@ -103,6 +103,17 @@ This does not verify any conclusion. The initiator should now:
 If more discussion is still needed, post in this channel to start more rounds."""
 
 
+def reminder_after(end: str, rounds: int) -> str | None:
+    """The moderator's reminder to the initiator when a run of rounds ends and the discussion
+    stays open (C6): the idle reminder, the rounds-ended one, or None for an end that calls
+    for none (superseded, cancelled, failed...)."""
+    if end == "idle":
+        return IDLE_REMINDER
+    if end in ("unanimous", "max_rounds"):
+        return rounds_ended(end, rounds)
+    return None
+
+
 def stale_reminder(idle_minutes: int) -> str:
     return f"""[Discussion Stale]
 

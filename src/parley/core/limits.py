@@ -9,10 +9,10 @@ in UTF-8 bytes of compact JSON, the same way wherever a limit applies (``json_by
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Any
 
+import pydantic_core
 from pydantic import BeforeValidator
 
 from parley.core.errors import InvalidRequest, TooLarge
@@ -55,9 +55,10 @@ def json_problem(value: Any, depth: int = 0) -> str | None:
 
 
 def json_bytes(value: Any) -> int:
-    """The size of ``value`` as compact UTF-8 JSON: the one measure of every size limit."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return len(text.encode("utf-8", "surrogatepass"))
+    """The size of ``value`` (JSON data or a model) as compact UTF-8 JSON: the one measure of
+    every size limit. Every send pays for it: pydantic-core's encoder costs a fifth of the
+    standard library's (bench/mail.py)."""
+    return len(pydantic_core.to_json(value))
 
 
 def check_size(size: int, limit: int, what: str, *, code: str) -> int:

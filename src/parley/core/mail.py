@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
-import pydantic_core
 from pydantic import BaseModel, Field
 
 from parley.core.errors import Conflict, InvalidRequest, UnknownKind
@@ -20,6 +19,7 @@ from parley.core.limits import (
     StorableObject,
     StorableText,
     check_size,
+    json_bytes,
 )
 from parley.core.mail_kinds import DEFAULT_TTL_SECONDS as DEFAULT_TTL_SECONDS
 from parley.core.mail_kinds import MAIL_KINDS as MAIL_KINDS
@@ -115,16 +115,9 @@ class SendRequest(BaseModel):
     def checked_size(self, *, payload_max: int, message_max: int) -> int:
         """Refuse a payload or a whole message over the limits (bytes of compact JSON); returns
         the size of one stored copy."""
-        # pydantic-core's encoder gives the same compact UTF-8 JSON as ``json_bytes`` at a fifth
-        # of the cost, and every send pays for it (bench/mail.py).
-        check_size(
-            len(pydantic_core.to_json(self.payload)),
-            payload_max,
-            "the payload",
-            code="payload_too_large",
-        )
+        check_size(json_bytes(self.payload), payload_max, "the payload", code="payload_too_large")
         return check_size(
-            len(pydantic_core.to_json(self)),
+            json_bytes(self),
             message_max,
             "the message (subject, body, payload, labels…)",
             code="message_too_large",

@@ -18,21 +18,8 @@ SessionKind = Literal[
     "status-update",
     "info",
 ]
-MailKind = Literal[
-    "task",
-    "report",
-    "handoff",
-    "blocker",
-    "notice",
-    "task-dispatch",
-    "task-result",
-    "cancel",
-    "takeover",
-    "context-inject",
-    "status-update",
-    "info",
-    "minutes",
-]
+# Mailroom kinds, session kinds, and the minutes a meeting mails to its convener.
+MailKind = Literal[MailroomKind, SessionKind, "minutes"]
 MAIL_KINDS: tuple[str, ...] = get_args(MailKind)
 
 DEFAULT_TTL_SECONDS = 86400

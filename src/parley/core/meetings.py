@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from parley.core.errors import Conflict
+from parley.core.limits import text_problem
 from parley.core.rooms import ActivityState, MemberState
 
 # -- the member state machine ---------------------------------------------------------------------
@@ -157,14 +158,15 @@ def parse_decision(
     return Decision("invite", chosen)
 
 
-def round_of(speeches: int, present: int) -> int:
-    """The round a meeting is in: one round is as many speeches as members present."""
-    return speeches // max(1, present) + 1
+def round_of(turns: int, present: int) -> int:
+    """The round a meeting is in: one round is as many turns as members present (a failed
+    speech is a turn too)."""
+    return turns // max(1, present) + 1
 
 
-def round_cap_reached(speeches: int, present: int, max_rounds: int) -> bool:
+def round_cap_reached(turns: int, present: int, max_rounds: int) -> bool:
     """Whether the meeting has had its rounds; the cap always ends it, whatever the moderator."""
-    return speeches >= max_rounds * max(1, present)
+    return turns >= max_rounds * max(1, present)
 
 
 # -- budgets and minutes --------------------------------------------------------------------------
@@ -190,12 +192,15 @@ def retry_instructions(limit: int, size: int) -> str:
 def validate_minutes(
     text: str, *, transcript_chars: int, limit: int, others: Sequence[str]
 ) -> str | None:
-    """Why a member's minutes are refused, or None: they must be non-empty, shorter than the
-    transcript (minutes that grow copy the meeting instead of compressing it), within the limit
-    and not identical to another member's (one set of minutes for all is a broadcast)."""
+    """Why a member's minutes are refused, or None: they must be non-empty, storable, shorter
+    than the transcript (minutes that grow copy the meeting instead of compressing it), within
+    the limit and not identical to another member's (one set of minutes for all is a
+    broadcast)."""
     stripped = text.strip()
     if not stripped:
         return "empty"
+    if text_problem(stripped) is not None:
+        return "invalid_text"
     if len(stripped) > limit:
         return "over_limit"
     if len(stripped) >= transcript_chars:

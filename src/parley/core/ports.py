@@ -49,9 +49,11 @@ class Tx(Protocol):
     async def select(
         self, name: str, *where: Any, order_by: Sequence[Any] = (), limit: int | None = None
     ) -> list[Any]: ...
-    async def page(self, name: str, *where: Any, key: str, limit: int, max_bytes: int) -> Page[Any]:
+    async def page(
+        self, name: str, *where: Any, key: str, limit: int, max_bytes: int | None
+    ) -> Page[Any]:
         """Rows in ``key`` order, at most ``limit`` of them, and no more once they hold
-        ``max_bytes`` of text and JSON (always at least one)."""
+        ``max_bytes`` of text and JSON (always at least one; ``None``: no byte budget)."""
         ...
 
     def table(self, name: str) -> Any: ...
@@ -65,10 +67,16 @@ class Tx(Protocol):
 
     async def next_inbox_seq(self, recipient_id: str) -> int: ...
     async def message_by_idempotency(self, from_id: str, key: str) -> Message | None: ...
-    async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]: ...
+    async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]:
+        """The rows of ``inbox_page`` without a byte budget."""
+        ...
+
     async def inbox_page(
-        self, recipient_id: str, flt: InboxFilter, *, max_bytes: int
-    ) -> Page[Message]: ...
+        self, recipient_id: str, flt: InboxFilter, *, max_bytes: int | None
+    ) -> Page[Message]:
+        """An inbox in ``seq`` order, as ``page`` bounds a list."""
+        ...
+
     async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int: ...
     async def last_broadcast_at(self, sender_id: str) -> datetime | None: ...
     async def expire_due(self, now: datetime) -> list[Message]: ...
@@ -93,7 +101,10 @@ class Tx(Protocol):
         after_seq: int | None = None,
         latest: int | None = None,
         limit: int = 500,
-    ) -> list[ChannelMessage]: ...
+    ) -> list[ChannelMessage]:
+        """The rows of ``channel_page`` without a byte budget."""
+        ...
+
     async def channel_page(
         self,
         channel_id: str,
@@ -101,8 +112,12 @@ class Tx(Protocol):
         after_seq: int | None = None,
         latest: int | None = None,
         limit: int = 500,
-        max_bytes: int,
-    ) -> Page[ChannelMessage]: ...
+        max_bytes: int | None,
+    ) -> Page[ChannelMessage]:
+        """Messages in channel order after ``after_seq``, as ``page`` bounds a list; with
+        ``latest``, the newest ones (at most that many) instead of the first ``limit``."""
+        ...
+
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None: ...
 
 

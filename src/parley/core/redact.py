@@ -74,6 +74,11 @@ _HEADER = re.compile(
     re.IGNORECASE,
 )
 
+# What each pattern above cannot match without: ``@`` (userinfo), a scheme word, ``=`` or a quote
+# (assignments), ``:`` (headers), ``-`` (flags, ``sk-``) or ``pt_``. Most log lines and messages
+# have none of it and skip the patterns, which logging runs on every record.
+_MAY_HOLD_SECRET = re.compile(r"[@=:'\"-]|pt_|Bearer|Basic|Token|Digest")
+
 
 def is_secret_name(name: str) -> bool:
     """Whether a setting named ``name`` holds a credential: ``api_key``, ``token``,
@@ -93,6 +98,8 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def redact_text(text: str) -> str:
     """``text`` with URL userinfo, secret-like ``name=value`` pairs, ``Bearer …`` credentials
     and parley or provider tokens (``pt_…``, ``sk-…``) replaced by ``***``."""
+    if not _MAY_HOLD_SECRET.search(text):
+        return text
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
     text = _ASSIGNED.sub(_redact_pair, text)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 # the meeting states are where a summons has put it.
 ActivityState = Literal["working", "idle-waiting", "done"]
 MeetingState = Literal["awaiting-entry", "in-meeting"]
+MEETING_STATES: tuple[str, ...] = get_args(MeetingState)
 MemberState = Literal["working", "idle-waiting", "done", "awaiting-entry", "in-meeting"]
 MEMBER_STATES: tuple[str, ...] = get_args(MemberState)
 
@@ -109,7 +110,10 @@ class Meeting(BaseModel):
     error: str | None = None
     round: int = 0
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    # Accepted speeches, and turns given (a failed speech is a turn too): rounds and the round
+    # cap count turns, or a meeting whose every speech fails would never reach its cap.
     speeches: int = 0
+    turns: int = 0
     attendees: list[Attendee] = Field(default_factory=list)
     stop_requested: bool = False
     owner: str | None = None

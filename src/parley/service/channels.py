@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     from parley.service.tasks import TaskRunner
 
 
+def check_content(content: str, what: str, limit: int) -> int:
+    """Refuse text no channel message may hold: over the hub's message limit (``limit`` bytes)
+    or unstorable; return its size. A post, an answer to a turn and a runtime's reply all
+    become channel messages, so all pass here."""
+    size = check_size(
+        len(content.encode("utf-8", "surrogatepass")), limit, what, code="message_too_large"
+    )
+    check_text(content, what)
+    return size
+
+
 def channel_topic(channel_id: str) -> str:
     return f"channel:{channel_id}"
 
@@ -346,15 +357,9 @@ class Channels:
         """Post as the caller. In a work channel a message from anyone but its agent wakes the
         agent (C2); in a group or discussion channel it starts (or supersedes) a discussion
         task (C10); in a closed discussion the moderator only answers that it is closed (C8)."""
-        size = check_size(
-            len(content.encode("utf-8", "surrogatepass")),
-            self.ctx.settings.message_max_bytes,
-            "the message content",
-            code="message_too_large",
-        )
+        size = check_content(content, "message content", self.ctx.settings.message_max_bytes)
         if not content.strip():
             raise InvalidRequest("message content is empty", code="empty_message")
-        check_text(content, "message content")
         if reply_to is not None:
             check_text(reply_to, "reply_to")
         assert self.runner is not None

@@ -60,33 +60,25 @@ class EventLog:
         actor: str | None = None,
         limit: int = 100,
     ) -> list[Event]:
-        where = self._where(tx, after=after, type=type, subject=subject, actor=actor)
-        return await tx.select("events", *where, order_by=[tx.table("events").c.id], limit=limit)
+        """Events in order, at most ``limit``: ``page`` without a byte budget."""
+        page = await self.page(
+            tx, max_bytes=None, after=after, type=type, subject=subject, actor=actor, limit=limit
+        )
+        return page.rows
 
     async def page(
         self,
         tx: Tx,
         *,
-        max_bytes: int,
+        max_bytes: int | None,
         after: str | None = None,
         type: str | None = None,
         subject: str | None = None,
         actor: str | None = None,
         limit: int = 100,
     ) -> Page[Event]:
-        """Events in order, at most ``limit``, and no more once they hold ``max_bytes``."""
-        where = self._where(tx, after=after, type=type, subject=subject, actor=actor)
-        return await tx.page("events", *where, key="id", limit=limit, max_bytes=max_bytes)
-
-    def _where(
-        self,
-        tx: Tx,
-        *,
-        after: str | None,
-        type: str | None,
-        subject: str | None,
-        actor: str | None,
-    ) -> list[Any]:
+        """Events in order, at most ``limit``, and no more once they hold ``max_bytes``.
+        ``type`` ending in '.' matches a prefix."""
         e = tx.table("events").c
         where: list[Any] = []
         if after:
@@ -97,4 +89,4 @@ class EventLog:
             where.append(e.subject == subject)
         if actor:
             where.append(e.actor == actor)
-        return where
+        return await tx.page("events", *where, key="id", limit=limit, max_bytes=max_bytes)

@@ -158,18 +158,14 @@ class Hub:
         """When a discussion's rounds end and it is still open, the initiator also finds the
         moderator's reminder in its inbox: an agent connected over MCP is waiting on
         wait_for_mail, not reading the channel, and must learn that it should now finish."""
-        if task.mode != "discussion" or task.end_reason not in ("unanimous", "max_rounds", "idle"):
+        reminder = d.reminder_after(task.end_reason or "", task.rounds)
+        if task.mode != "discussion" or reminder is None:
             return
 
         async def job(tx: Tx) -> None:
             channel = await tx.get_channel(task.channel_id)
             if channel is None or channel.status != "active":
                 return
-            reminder = (
-                d.IDLE_REMINDER
-                if task.end_reason == "idle"
-                else d.rounds_ended(task.end_reason or "", task.rounds)
-            )
             await self.discussions.tell_initiator(
                 tx,
                 channel,

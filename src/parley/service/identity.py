@@ -76,6 +76,16 @@ def require_operator(caller: Principal, action: str) -> None:
         )
 
 
+def _require_self_or_operator(caller: Principal, agent_id: str, verb: str) -> None:
+    """Whom an agent accepts channels from is the agent's and the operator's business alone."""
+    if not (caller.is_operator or caller.id == agent_id):
+        raise PermissionDenied(
+            f"{caller.id!r} may not {verb} whom {agent_id!r} accepts channels from; only the "
+            "agent itself and the operator may",
+            code="consent_forbidden",
+        )
+
+
 def check_runtime(runtime: dict[str, Any]) -> dict[str, Any]:
     kind = runtime.get("kind", "none")
     if kind not in RUNTIME_KINDS:
@@ -168,12 +178,7 @@ class Identity:
         self, caller: Principal, agent_id: str, accepts_channels_from: Sequence[str]
     ) -> Principal:
         """Replace whom an agent lets add it to channels; the operator or the agent itself."""
-        if not (caller.is_operator or caller.id == agent_id):
-            raise PermissionDenied(
-                f"{caller.id!r} may not change whom {agent_id!r} accepts channels from; only the "
-                "agent itself and the operator may",
-                code="consent_forbidden",
-            )
+        _require_self_or_operator(caller, agent_id, "change")
         allowed = consent.check_allow_list(accepts_channels_from)
 
         async def job(tx: Tx) -> Principal:
@@ -196,12 +201,7 @@ class Identity:
 
     async def consent_of(self, caller: Principal, agent_id: str) -> Sequence[str]:
         """Whom an agent lets add it to channels; readable by the agent itself and the operator."""
-        if not (caller.is_operator or caller.id == agent_id):
-            raise PermissionDenied(
-                f"{caller.id!r} may not read whom {agent_id!r} accepts channels from; only the "
-                "agent itself and the operator may",
-                code="consent_forbidden",
-            )
+        _require_self_or_operator(caller, agent_id, "read")
         async with self.ctx.store.read() as tx:
             agent: Principal | None = await tx.get("principals", agent_id)
         if agent is None or agent.kind != "agent":

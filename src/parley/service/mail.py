@@ -60,14 +60,10 @@ class Mail:
         self.identity = identity
 
     # -- sending ------------------------------------------------------------------------------
-    async def send(self, caller: Principal, req: SendRequest) -> Message:
+    async def send(self, caller: Principal, req: SendRequest) -> Sent:
         """Send mail as ``caller`` (never as anyone else). With an idempotency key, a resend
-        returns the original message instead of a duplicate (M6)."""
-        return (await self.send_or_replay(caller, req)).message
-
-    async def send_or_replay(self, caller: Principal, req: SendRequest) -> Sent:
-        """``send``, telling whether the message is new or the original of an idempotent
-        resend, so that a surface can answer the two differently (REST: 201 or 200)."""
+        returns the original message instead of a duplicate (M6), and says so (``replayed``)
+        for a surface to tell the caller (REST: 200 and a header instead of 201)."""
         kind = m.check_kind(req.kind)
         to_kind, to_id = m.parse_address(req.to)
         for cc in req.cc:

@@ -6,19 +6,20 @@ and minutes validated and delivered.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
 
 from parley.core import discussion as d
 from parley.core import meetings as mt
-from parley.core.channels import TRANSCRIPT_WINDOW, ChannelMessage, Invocation
+from parley.core.channels import TRANSCRIPT_WINDOW, ChannelMessage, Invocation, InvocationOutcome
 from parley.core.errors import RuntimeFailure
 from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_ulid
+from parley.core.limits import text_problem
 from parley.core.mail import OPEN_STATUSES, InboxFilter
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
-from parley.core.rooms import Meeting, Minutes, Room, Speech
+from parley.core.rooms import Meeting, Minutes, Room, Speech, SpeechOutcome
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
 from parley.service.channels import Channels
 from parley.service.context import ServiceContext
@@ -28,19 +29,23 @@ from parley.service.tasks import TaskRunner
 
 PROJECTION_MESSAGES = 20
 
+# A speech attempt as the turn metrics count it: over the limit, the hub rejected what came back.
+_CALL_OUTCOMES: dict[SpeechOutcome, InvocationOutcome] = {
+    "accepted": "accepted",
+    "over_limit": "rejected",
+    "failed": "failed",
+}
 
-class StopSignal:
-    """The cancel signal of a meeting turn: set by the emergency stop."""
 
-    def __init__(self, event: asyncio.Event) -> None:
-        self.event = event
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    async def wait(self) -> Literal[True]:
-        await self.event.wait()
-        return True
+def profile_of(agent: Principal) -> AgentProfile:
+    """Who a runtime is asked to speak as."""
+    return AgentProfile(
+        id=agent.id,
+        display_name=agent.display_name,
+        workspace=agent.workspace,
+        persona=agent.persona,
+        runtime=agent.runtime,
+    )
 
 
 def meeting_turn(
@@ -52,9 +57,9 @@ def meeting_turn(
     stop: asyncio.Event,
     round_number: int,
 ) -> Turn:
-    """A turn in a meeting. It carries no task id: it is not a discussion task, and a remote
-    agent's answer must not be checked against one. It offers no tools: a meeting is for
-    talking."""
+    """A turn in a meeting, cancelled by the emergency stop. It carries no task id: it is not a
+    discussion task, and a remote agent's answer must not be checked against one. It offers no
+    tools: a meeting is for talking."""
     return Turn(
         invocation_id=invocation_id,
         agent=agent,
@@ -62,7 +67,7 @@ def meeting_turn(
         session_id=meeting.id,
         prompt=prompt,
         timeout_s=ctx.settings.turn_timeout_s,
-        cancel=StopSignal(stop),
+        cancel=stop,
         round=round_number,
     )
 
@@ -117,12 +122,19 @@ class Voices:
         member: str,
         counts: dict[str, int],
     ) -> None:
-        """One member's speech, produced with no tools by its own runtime, committed with its
-        record when accepted; over the hard limit it is asked once more, then failed (R5)."""
+        """One member's turn: a speech produced with no tools by its own runtime, committed with
+        its record when accepted; over the hard limit it is asked once more, then failed (R5).
+        Every turn ends with exactly one record that is not ``over_limit``."""
         agent = await self.identity.require(member)
         runtime = self.runtime_for(agent)
         present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
-        round_number = mt.round_of(meeting.speeches, len(present))
+        round_number = mt.round_of(meeting.turns, len(present))
+        record = functools.partial(
+            self.record_speech, meeting, member, round_number, runtime_kind=agent.runtime_kind
+        )
+        if runtime is None:
+            await record(1, "failed", route="", reason="no_runtime")
+            return
         limit = room.config.speech_limit
         humans = [m for m in await self.channel_members(meeting) if m not in present]
         system = "\n\n".join(
@@ -141,101 +153,43 @@ class Voices:
             if part
         )
         instructions = mt.speech_instructions(first=counts.get(member, 0) == 0)
-        runtime_kind = agent.runtime_kind
+        profile = profile_of(agent)
         for attempt in (1, 2):
-            invocation_id = new_ulid()
-            if runtime is None:
-                await self.record_speech(
-                    meeting,
-                    member,
-                    round_number,
-                    attempt,
-                    "failed",
-                    0,
-                    runtime_kind,
-                    "",
-                    "no_runtime",
-                    None,
-                )
-                return
             prompt = Prompt(
                 system=system,
                 task=meeting.topic,
                 transcript=entries(window),
                 instructions=instructions,
             )
-            profile = AgentProfile(
-                id=agent.id,
-                display_name=agent.display_name,
-                workspace=agent.workspace,
-                persona=agent.persona,
-                runtime=agent.runtime,
-            )
-            turn = meeting_turn(
-                self.ctx, invocation_id, profile, meeting, prompt, stop, round_number
-            )
+            turn = meeting_turn(self.ctx, new_ulid(), profile, meeting, prompt, stop, round_number)
+            started = self.ctx.clock.monotonic()
             try:
                 result = await runtime.respond(turn)
             except RuntimeFailure as exc:
-                await self.record_speech(
-                    meeting,
-                    member,
-                    round_number,
-                    attempt,
-                    "failed",
-                    0,
-                    runtime_kind,
-                    redact_text(str(exc.details.get("model_route") or "")),
-                    exc.code,
-                    None,
-                )
+                route = redact_text(str(exc.details.get("model_route") or ""))
+                await record(attempt, "failed", route=route, reason=exc.code, started=started)
                 return
-            text = result.text.strip()
-            route = redact_text(result.model_route)
-            verdict = mt.judge_speech(text, limit=limit, attempt=attempt)
-            if verdict == "accepted" and not result.is_silent:
-                await self.record_speech(
-                    meeting,
-                    member,
-                    round_number,
-                    attempt,
-                    "accepted",
-                    len(text),
-                    runtime_kind,
-                    route,
-                    None,
-                    text,
-                )
-                return
+            text, route = result.text.strip(), redact_text(result.model_route)
             if result.is_silent:
-                await self.record_speech(
-                    meeting,
-                    member,
-                    round_number,
-                    attempt,
-                    "failed",
-                    0,
-                    runtime_kind,
-                    route,
-                    "no_reply",
-                    None,
-                )
+                await record(attempt, "failed", route=route, reason="no_reply", started=started)
                 return
-            outcome = "over_limit" if verdict == "retry" else "failed"
-            await self.record_speech(
-                meeting,
-                member,
-                round_number,
+            if text_problem(text) is not None:
+                # The transcript cannot hold it (a NUL, a lone surrogate): a failed speech, not
+                # a store error that would end the whole meeting.
+                await record(attempt, "failed", route=route, reason="invalid_text", started=started)
+                return
+            verdict = mt.judge_speech(text, limit=limit, attempt=attempt)
+            if verdict == "accepted":
+                await record(attempt, "accepted", route=route, text=text, started=started)
+                return
+            await record(
                 attempt,
-                outcome,
-                len(text),
-                runtime_kind,
-                route,
-                f"over_limit: {len(text)} > {limit}",
-                None,
+                "over_limit" if verdict == "retry" else "failed",
+                route=route,
+                reason=f"over_limit: {len(text)} > {limit}",
+                chars=len(text),
+                started=started,
             )
-            if verdict == "failed":
-                return
             instructions = mt.retry_instructions(limit, len(text))
 
     async def channel_members(self, meeting: Meeting) -> list[str]:
@@ -248,13 +202,20 @@ class Voices:
         member: str,
         round_number: int,
         attempt: int,
-        outcome: Any,
-        chars: int,
+        outcome: SpeechOutcome,
+        *,
         runtime_kind: str,
         route: str,
-        reason: str | None,
-        text: str | None,
+        reason: str | None = None,
+        text: str | None = None,
+        chars: int = 0,
+        started: float | None = None,
     ) -> None:
+        """Commit one speech attempt: the speech itself when accepted, its record, and the
+        meeting's counters when it ends the member's turn (all but a first ``over_limit``)."""
+        if text is not None:
+            chars = len(text)
+
         async def job(tx: Tx) -> None:
             message_id = None
             if text is not None:
@@ -268,9 +229,14 @@ class Voices:
                     metadata={"runtime": runtime_kind, "model_route": route, "speech": True},
                 )
                 message_id = message.id
+            if outcome != "over_limit":
                 row: Meeting = await tx.get("meetings", meeting.id, for_update=True)
                 await tx.update(
-                    "meetings", meeting.id, speeches=row.speeches + 1, round=round_number
+                    "meetings",
+                    meeting.id,
+                    speeches=row.speeches + int(text is not None),
+                    turns=row.turns + 1,
+                    round=round_number,
                 )
             tx.insert(
                 "speeches",
@@ -290,6 +256,14 @@ class Voices:
                 ),
             )
             await tx.update("room_members", member, last_activity=self.ctx.clock.now())
+            if started is not None:
+                self.count_call(
+                    tx,
+                    _CALL_OUTCOMES[outcome],
+                    (reason or "").split(":", 1)[0] or None,
+                    route or runtime_kind,
+                    started,
+                )
             if outcome != "accepted":
                 self.ctx.events.record(
                     tx,
@@ -302,6 +276,15 @@ class Voices:
 
         await self.ctx.store.write(job)
 
+    def count_call(
+        self, tx: Tx, outcome: InvocationOutcome, reason: str | None, route: str, started: float
+    ) -> None:
+        """Count a meeting's runtime call in the hub's turn metrics once it commits, as a
+        discussion turn is counted from its invocation record."""
+        timings = {"provider_wait_ms": (self.ctx.clock.monotonic() - started) * 1000}
+        metrics = self.ctx.metrics
+        tx.after_commit(lambda: metrics.turn_recorded(outcome, reason, timings, route))
+
     def invocation(
         self,
         tx: Tx,
@@ -310,9 +293,13 @@ class Voices:
         agent_id: str,
         round_number: int,
         route: str,
-        outcome: Any,
+        outcome: InvocationOutcome,
         reason: str | None,
+        started: float,
     ) -> None:
+        """The invocation record of a meeting's runtime call that is no speech (the
+        moderator's), counted in the turn metrics."""
+        self.count_call(tx, outcome, reason, route, started)
         tx.insert(
             "invocations",
             Invocation(
@@ -354,15 +341,9 @@ class Voices:
             reason: str | None = "no_runtime" if runtime is None else None
             text, route, attempts = "", "", 0
             instructions = "Write your minutes now."
+            profile = profile_of(agent)
             while runtime is not None and attempts < 2:
                 attempts += 1
-                profile = AgentProfile(
-                    id=agent.id,
-                    display_name=agent.display_name,
-                    workspace=agent.workspace,
-                    persona=agent.persona,
-                    runtime=agent.runtime,
-                )
                 prompt = Prompt(
                     system=agent.persona, task=task, transcript=quoted, instructions=instructions
                 )

@@ -23,12 +23,12 @@ from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Tas
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
 from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_id, new_ulid
-from parley.core.limits import StorableText, check_size, check_text
+from parley.core.limits import StorableText
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
 from parley.core.runtime import AgentProfile, Prompt, TurnResult
-from parley.service.channels import Channels, channel_topic
+from parley.service.channels import Channels, channel_topic, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
@@ -55,6 +55,12 @@ class _Live:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+
+
+def _moderates(convener: Principal) -> bool:
+    """Whether the convener's own model moderates: an agent with a runtime the hub can call (not
+    a human, not a remote agent)."""
+    return convener.kind == "agent" and convener.runtime_kind not in ("none", "remote")
 
 
 class Meetings:
@@ -206,7 +212,7 @@ class Meetings:
         return await self.ctx.store.write(job)
 
     def _moderator_runtime_label(self, convener: Principal, room: Room) -> str:
-        if convener.kind == "agent" and convener.runtime_kind not in ("none", "remote"):
+        if _moderates(convener):
             return f"convener:{convener.id}:{convener.runtime_kind}"
         return f"room:{room.config.moderator_runtime.get('kind', 'none')}"
 
@@ -224,6 +230,10 @@ class Meetings:
     # -- entry at the work-unit boundary ----------------------------------------------------------
     async def on_task_finished(self, task: Task) -> None:
         """A turn ended: members of it that await entry enter now (their boundary)."""
+        if not self.live:
+            # Every finished task comes here: without a meeting driven by this hub there is
+            # nobody to admit (a driver admits the members no turn holds back at each turn).
+            return
         for agent_id in task.members:
             if self.rooms.in_flight(agent_id):
                 continue
@@ -279,8 +289,22 @@ class Meetings:
             end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
         finally:
             self.live.pop(live.meeting_id, None)
+            await asyncio.shield(self._end(live.meeting_id, end, error, minutes))
+
+    async def _end(
+        self, meeting_id: str, end: MeetingEndReason, error: str | None, minutes: list[Minutes]
+    ) -> None:
+        """Close the meeting; if delivering the minutes breaks the close, close it without them:
+        a meeting left running holds its members and its room for good."""
+        try:
+            await self._close(meeting_id, end, error, minutes)
+        except Exception as exc:
+            log.exception("closing meeting %s failed", meeting_id)
+            if not minutes:
+                return
+            reason = redact_text(f"delivering the minutes failed: {exc.__class__.__name__}: {exc}")
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._close(live.meeting_id, end, error, minutes))
+                await self._close(meeting_id, "failed", reason, ())
 
     async def _load(self, meeting_id: str) -> tuple[Meeting, Room, list[ChannelMessage]]:
         async with self.ctx.store.read() as tx:
@@ -303,8 +327,7 @@ class Meetings:
             present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
             # Turns given, not speeches committed: a failed speech is a turn too, or a meeting
             # whose every speech fails would never reach its cap.
-            turns = max(meeting.speeches, sum(counts.values()))
-            if mt.round_cap_reached(turns, len(present), meeting.max_rounds):
+            if mt.round_cap_reached(meeting.turns, len(present), meeting.max_rounds):
                 return "round_cap"
             decision = await self._moderate(live, meeting, room, window, present, counts, last)
             if live.stop.is_set():
@@ -328,11 +351,12 @@ class Meetings:
     ) -> mt.Decision:
         runtime, agent = await self._moderator(meeting, room)
         roster = [a.agent_id for a in meeting.attendees]
-        round_number = mt.round_of(meeting.speeches, len(present))
+        round_number = mt.round_of(meeting.turns, len(present))
         text: str | None = None
         failure: str | None = None
         result: TurnResult | None = None
         invocation_id = new_ulid()
+        started = self.ctx.clock.monotonic()
         if runtime is None:
             failure = "no_moderator_model"
         else:
@@ -374,6 +398,7 @@ class Meetings:
                     route,
                     "failed" if failure else "accepted",
                     decision.fallback,
+                    started,
                 )
             self.ctx.events.record(
                 tx,
@@ -400,11 +425,7 @@ class Meetings:
         profile = AgentProfile(
             id=MODERATOR_ID, display_name="moderator", workspace=None, persona="", runtime={}
         )
-        if (
-            convener is not None
-            and convener.kind == "agent"
-            and convener.runtime_kind not in ("none", "remote")
-        ):
+        if convener is not None and _moderates(convener):
             return self.runtime_for(convener), profile
         config = room.config.moderator_runtime
         if config.get("kind", "none") == "none":
@@ -491,15 +512,9 @@ class Meetings:
                 "them the floor",
                 code="meeting_post_humans_only",
             )
+        size = check_content(content, "message content", self.ctx.settings.message_max_bytes)
         if not content.strip():
             raise InvalidRequest("message content is empty", code="empty_message")
-        check_text(content, "message content")
-        size = check_size(
-            len(content.encode("utf-8", "surrogatepass")),
-            self.ctx.settings.message_max_bytes,
-            "the message content",
-            code="message_too_large",
-        )
         ticket = self.ctx.quotas.ticket(caller)
         ticket.charge(messages=1, nbytes=size)
 

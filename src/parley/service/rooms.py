@@ -17,7 +17,7 @@ from parley.core.identity import Principal
 from parley.core.ids import new_id
 from parley.core.limits import StorableText, check_text
 from parley.core.ports import Tx
-from parley.core.rooms import Brief, MemberState, Room, RoomConfig, RoomMember
+from parley.core.rooms import MEETING_STATES, Brief, MemberState, Room, RoomConfig, RoomMember
 from parley.service.channels import Channels
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -50,6 +50,15 @@ def not_a_member(agent_id: str, room_id: str, action: str) -> PermissionDenied:
     )
 
 
+def _refuse_in_meeting(member: RoomMember, action: str) -> None:
+    if member.state in MEETING_STATES:
+        raise Conflict(
+            f"{member.agent_id!r} is in a meeting of room {member.room_id!r}; it can {action} "
+            "only after the meeting ends",
+            code="member_in_meeting",
+        )
+
+
 class Rooms:
     """Rooms, members and briefs."""
 
@@ -66,6 +75,15 @@ class Rooms:
         # Whether an agent has a turn in flight in this hub: the hub's own observation of
         # "working", never the agent's say-so.
         self.in_flight = in_flight
+
+    def _refuse_working(self, agent_id: str, action: str) -> None:
+        """Joining or leaving changes what a running agent is told: only between its turns."""
+        if self.in_flight(agent_id):
+            raise Conflict(
+                f"{agent_id!r} has a turn in flight; it can {action} only while not working, so "
+                "try again when its turn has ended",
+                code="member_busy",
+            )
 
     # -- rooms ------------------------------------------------------------------------------------
     async def create(self, caller: Principal, spec: RoomSpec) -> Room:
@@ -128,7 +146,7 @@ class Rooms:
     # -- members ----------------------------------------------------------------------------------
     def view(self, member: RoomMember) -> MemberView:
         state: MemberState = member.state
-        if state not in ("awaiting-entry", "in-meeting"):
+        if state not in MEETING_STATES:
             state = mt.activity(in_flight=self.in_flight(member.agent_id), recorded=member.state)
         return MemberView(
             member.agent_id,
@@ -169,13 +187,8 @@ class Rooms:
             if agent is None or agent.kind != "agent":
                 raise NotFound(f"no agent {agent_id!r}", code="agent_not_found")
             current: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
-            if current is not None and current.state in ("awaiting-entry", "in-meeting"):
-                raise Conflict(
-                    f"{agent_id!r} is in a meeting of room {current.room_id!r}; it can join or "
-                    "leave a room only after the meeting ends",
-                    code="member_in_meeting",
-                )
             if current is not None:
+                _refuse_in_meeting(current, "join or leave a room")
                 raise Conflict(
                     f"{agent_id!r} already belongs to room {current.room_id!r}; an agent belongs "
                     "to at most one room, so leave that room first",
@@ -193,12 +206,7 @@ class Rooms:
                     "child session may not join a room",
                     code="subagent_cannot_join",
                 )
-            if self.in_flight(agent_id):
-                raise Conflict(
-                    f"{agent_id!r} has a turn in flight; it can join a room only while not "
-                    "working, so try again when its turn has ended",
-                    code="member_busy",
-                )
+            self._refuse_working(agent_id, "join a room")
             now = self.ctx.clock.now()
             member = RoomMember(
                 id=agent_id,
@@ -237,17 +245,8 @@ class Rooms:
             member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
             if member is None or member.room_id != room_id:
                 raise not_a_member(agent_id, room_id, "leave it")
-            if member.state in ("awaiting-entry", "in-meeting"):
-                raise Conflict(
-                    f"{agent_id!r} is in a meeting of room {room_id!r}; it can leave only after "
-                    "the meeting ends",
-                    code="member_in_meeting",
-                )
-            if self.in_flight(agent_id):
-                raise Conflict(
-                    f"{agent_id!r} has a turn in flight; it can leave only while not working",
-                    code="member_busy",
-                )
+            _refuse_in_meeting(member, "leave it")
+            self._refuse_working(agent_id, "leave it")
             await tx.delete("room_members", agent_id)
             self.ctx.events.record(
                 tx,
@@ -270,11 +269,7 @@ class Rooms:
                     f"{caller.id!r} is in no room; join a room before marking work done",
                     code="not_a_room_member",
                 )
-            if member.state in ("awaiting-entry", "in-meeting"):
-                raise Conflict(
-                    f"{caller.id!r} is in a meeting; mark work done after it ends",
-                    code="member_in_meeting",
-                )
+            _refuse_in_meeting(member, "mark its work done")
             state: MemberState = "done" if done else "idle-waiting"
             now = self.ctx.clock.now()
             await tx.update("room_members", caller.id, state=state, last_activity=now)

@@ -35,7 +35,6 @@ from parley.core.channels import (
 from parley.core.errors import NotFound, ParleyError, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.core.limits import check_size, check_text
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import (
@@ -47,7 +46,7 @@ from parley.core.runtime import (
     TurnResult,
 )
 from parley.service import task_recovery
-from parley.service.channels import Channels, Posted, channel_topic
+from parley.service.channels import Channels, Posted, channel_topic, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 
@@ -415,9 +414,7 @@ class TaskRunner:
     def _unpublishable(self, content: str) -> str | None:
         """Why a reply cannot be posted in a channel (the limits a post has), or None."""
         try:
-            check_text(content, "the reply")
-            size = len(content.encode("utf-8", "surrogatepass"))
-            check_size(size, self.ctx.settings.message_max_bytes, "the reply", code="too_large")
+            check_content(content, "the reply", self.ctx.settings.message_max_bytes)
         except ParleyError as refusal:
             return f"publish_failed: {refusal.message}"
         return None
@@ -599,14 +596,10 @@ class TaskRunner:
                 await self.channels.post_as_system(
                     tx, task.channel_id, d.interrupted("the hub stopped while it ran")
                 )
-            if task.mode == "discussion" and channel is not None and channel.status == "active":
+            reminder = d.reminder_after(end, task.rounds) if task.mode == "discussion" else None
+            if reminder is not None and channel is not None and channel.status == "active":
                 # The discussion stays open: remind the initiator how to finish (C6).
-                if end == "idle":
-                    await self.channels.post_as_moderator(tx, task.channel_id, d.IDLE_REMINDER)
-                elif end in ("unanimous", "max_rounds"):
-                    await self.channels.post_as_moderator(
-                        tx, task.channel_id, d.rounds_ended(end, task.rounds)
-                    )
+                await self.channels.post_as_moderator(tx, task.channel_id, reminder)
             self.ctx.events.record(
                 tx,
                 "task.finished",

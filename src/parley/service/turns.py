@@ -19,9 +19,9 @@ from parley.core.errors import (
     RuntimeFailure,
 )
 from parley.core.identity import Principal
-from parley.core.limits import check_size, check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
+from parley.service.channels import check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
 from parley.service.mail import Mail
@@ -196,14 +196,8 @@ class Turns:
             raise InvalidRequest(
                 "the answer is empty; call no_reply to pass your turn", code="empty_message"
             )
-        check_text(text, "the answer")
-        # The answer becomes a channel message: the same byte limit as a post applies.
-        check_size(
-            len(text.encode()),
-            self.ctx.settings.message_max_bytes,
-            "the answer",
-            code="message_too_large",
-        )
+        # The answer becomes a channel message: the same limits as a post apply.
+        check_content(text, "the answer", self.ctx.settings.message_max_bytes)
         return await self._answer(caller, turn_id, text)
 
     async def no_reply(self, caller: Principal, turn_id: str) -> PendingTurn:

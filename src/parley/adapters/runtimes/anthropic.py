@@ -12,10 +12,10 @@ from pydantic import Field
 from parley.adapters.runtimes import guard
 from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
 from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
-from parley.adapters.runtimes.tooling import add_usage, call_tool, rounds_exceeded, system_text
+from parley.adapters.runtimes.tooling import ToolRounds, call_tool, system_text
 from parley.core.errors import ConfigError, RuntimeFailure
 from parley.core.redact import redact_text, scrub
-from parley.core.runtime import ToolBox, Turn, TurnResult, Usage
+from parley.core.runtime import ToolBox, Turn, TurnResult
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 COMPLETED_STOPS = frozenset({"end_turn", "stop_sequence"})
@@ -85,15 +85,12 @@ class AnthropicRuntime:
             ]
         messages: list[dict[str, Any]] = [{"role": "user", "content": turn.prompt.user_text()}]
         system = system_text(turn.prompt, tools)
-        usage = Usage()
-        rounds = 0
+        rounds = ToolRounds(self.model_route, tools)
         while True:
             message = await self._create(system, messages, deadline_s, extra, options)
-            usage = add_usage(usage, Usage(message.usage.input_tokens, message.usage.output_tokens))
+            rounds.used(message.usage.input_tokens, message.usage.output_tokens)
             if tools is not None and message.stop_reason == "tool_use":
-                if rounds >= tools.max_rounds:
-                    raise rounds_exceeded(self.model_route, tools)
-                rounds += 1
+                rounds.next()
                 messages.extend(await self._run_calls(tools, message.content))
                 continue
             if message.stop_reason not in COMPLETED_STOPS:
@@ -104,7 +101,7 @@ class AnthropicRuntime:
                     stop_reason=str(message.stop_reason),
                 )
             text = "".join(block.text for block in message.content if block.type == "text")
-            return ProviderReply(text=text, usage=usage)
+            return ProviderReply(text=text, usage=rounds.usage)
 
     async def _create(
         self,

@@ -12,10 +12,10 @@ import openai
 from parley.adapters.runtimes import guard
 from parley.adapters.runtimes.endpoint import EndpointConfig, parse_config
 from parley.adapters.runtimes.race import ProviderReply, deadline_for, race_turn
-from parley.adapters.runtimes.tooling import add_usage, call_tool, rounds_exceeded, system_text
+from parley.adapters.runtimes.tooling import ToolRounds, call_tool, system_text
 from parley.core.errors import ConfigError, RuntimeFailure
 from parley.core.redact import redact_text, scrub
-from parley.core.runtime import ToolBox, Turn, TurnResult, Usage
+from parley.core.runtime import ToolBox, Turn, TurnResult
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -90,21 +90,17 @@ class OpenAIRuntime:
             {"role": "system", "content": system_text(turn.prompt, tools)},
             {"role": "user", "content": turn.prompt.user_text()},
         ]
-        usage = Usage()
-        rounds = 0
+        rounds = ToolRounds(self.model_route, tools)
         while True:
             completion = await self._create(messages, deadline_s, options)
             if completion.usage is not None:
-                used = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens)
-                usage = add_usage(usage, used)
+                rounds.used(completion.usage.prompt_tokens, completion.usage.completion_tokens)
             if not completion.choices:
                 raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
             choice = completion.choices[0]
             calls = choice.message.tool_calls
             if tools is not None and calls:
-                if rounds >= tools.max_rounds:
-                    raise rounds_exceeded(self.model_route, tools)
-                rounds += 1
+                rounds.next()
                 messages.extend(await self._run_calls(tools, choice.message.content, calls))
                 continue
             if choice.finish_reason != "stop":
@@ -114,7 +110,7 @@ class OpenAIRuntime:
                     reason="stop_reason",
                     stop_reason=str(choice.finish_reason),
                 )
-            return ProviderReply(text=choice.message.content or "", usage=usage)
+            return ProviderReply(text=choice.message.content or "", usage=rounds.usage)
 
     async def _create(
         self, messages: list[dict[str, Any]], deadline_s: float, options: dict[str, Any]

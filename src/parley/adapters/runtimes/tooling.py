@@ -1,6 +1,6 @@
 """What the function-calling runtimes (``openai``, ``anthropic``) share: the system text that
-tells the model how tools and its answer relate, decoding a call's arguments, and the bound on
-rounds of tool calls in one turn."""
+tells the model how tools and its answer relate, decoding a call's arguments, and the count of
+tokens and rounds of tool calls in one turn."""
 
 from __future__ import annotations
 
@@ -31,19 +31,33 @@ async def call_tool(tools: ToolBox, name: str, arguments: Any) -> ToolOutput:
     return await tools.call(name, arguments)
 
 
-def rounds_exceeded(route: str, tools: ToolBox) -> RuntimeFailure:
-    """The failure of a turn whose model still calls tools after ``max_rounds`` rounds: a model
-    looping on tools would otherwise hold the discussion until the deadline."""
-    return RuntimeFailure(
-        f"{route} was still calling tools after {tools.max_rounds} rounds of tool calls; the "
-        "turn is failed. Ask the agent to answer sooner, or raise PARLEY_MAX_TOOL_ROUNDS",
-        reason="tool_rounds",
-        max_rounds=tools.max_rounds,
-    )
+class ToolRounds:
+    """The bookkeeping of one turn's exchange with its model: tokens used over all its calls,
+    and the rounds of tool calls, bounded by the toolbox's ``max_rounds`` (a model looping on
+    tools would otherwise hold the discussion until the deadline)."""
 
+    def __init__(self, route: str, tools: ToolBox | None) -> None:
+        self.route = route
+        self.max_rounds = tools.max_rounds if tools is not None else 0
+        self.done = 0
+        self.usage = Usage()
 
-def add_usage(total: Usage, more: Usage) -> Usage:
-    return Usage(
-        input_tokens=total.input_tokens + more.input_tokens,
-        output_tokens=total.output_tokens + more.output_tokens,
-    )
+    def used(self, input_tokens: int, output_tokens: int) -> None:
+        """Count the tokens of one call to the model."""
+        self.usage = Usage(
+            input_tokens=self.usage.input_tokens + input_tokens,
+            output_tokens=self.usage.output_tokens + output_tokens,
+        )
+
+    def next(self) -> None:
+        """Start another round of tool calls, or fail the turn if the model has had its
+        ``max_rounds``."""
+        if self.done >= self.max_rounds:
+            raise RuntimeFailure(
+                f"{self.route} was still calling tools after {self.max_rounds} rounds of tool "
+                "calls; the turn is failed. Ask the agent to answer sooner, or raise "
+                "PARLEY_MAX_TOOL_ROUNDS",
+                reason="tool_rounds",
+                max_rounds=self.max_rounds,
+            )
+        self.done += 1

@@ -293,6 +293,7 @@ meetings = Table(
     Column("round", Integer, nullable=False, server_default="0"),
     Column("max_rounds", Integer, nullable=False),
     Column("speeches", Integer, nullable=False, server_default="0"),
+    Column("turns", Integer, nullable=False, server_default="0"),
     Column("attendees", JSON, nullable=False),
     Column("stop_requested", Boolean, nullable=False, server_default=text("false")),
     Column("owner", String(64)),

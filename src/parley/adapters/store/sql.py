@@ -237,7 +237,9 @@ class SqlTx:
     def table(self, name: str) -> Any:
         return _RECORDS[name][0]
 
-    async def page(self, name: str, *where: Any, key: str, limit: int, max_bytes: int) -> Page[Any]:
+    async def page(
+        self, name: str, *where: Any, key: str, limit: int, max_bytes: int | None
+    ) -> Page[Any]:
         return await self._page(name, list(where), key=key, limit=limit, max_bytes=max_bytes)
 
     def _row_bytes(self, table: Any) -> Any:
@@ -270,12 +272,17 @@ class SqlTx:
         is read, so that a page of big rows never holds more than its budget and one row."""
         table, _ = _RECORDS[name]
         key_col = table.c[key]
+        order = key_col.desc() if descending else key_col
+        if max_bytes is None and keep is None:
+            # No budget and no filter of its own: the rows themselves, in one query.
+            found = await self.select(name, *where, order_by=[order], limit=limit + 1)
+            return Page(found[:limit], len(found) > limit)
         light = select(
             table.c.id.label("_id"),
             key_col.label("_key"),
             self._row_bytes(table).label("_bytes"),
             *extra,
-        ).order_by(key_col.desc() if descending else key_col)
+        ).order_by(order)
         chosen: list[str] = []
         total = 0
         more = False
@@ -301,12 +308,7 @@ class SqlTx:
                 break
         if not chosen:
             return Page([], more)
-        full = await self.select(
-            name,
-            table.c.id.in_(chosen),
-            order_by=[key_col.desc() if descending else key_col],
-        )
-        return Page(full, more)
+        return Page(await self.select(name, table.c.id.in_(chosen), order_by=[order]), more)
 
     # -- identity ---------------------------------------------------------------------------
     async def insert_token(
@@ -350,13 +352,7 @@ class SqlTx:
         return rows[0] if rows else None
 
     async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]:
-        if flt.label:
-            return (await self.inbox_page(recipient_id, flt, max_bytes=None)).rows
-        m = s.messages.c
-        rows: list[Message] = await self.select(
-            "messages", *_inbox_where(recipient_id, flt), order_by=[m.seq], limit=flt.limit
-        )
-        return rows
+        return (await self.inbox_page(recipient_id, flt, max_bytes=None)).rows
 
     async def inbox_page(
         self, recipient_id: str, flt: InboxFilter, *, max_bytes: int | None
@@ -522,16 +518,10 @@ class SqlTx:
         latest: int | None = None,
         limit: int = 500,
     ) -> list[ChannelMessage]:
-        cm = s.channel_messages.c
-        where: list[Any] = [cm.channel_id == channel_id]
-        if after_seq is not None:
-            where.append(cm.seq > after_seq)
-        if latest is not None:
-            rows: list[ChannelMessage] = await self.select(
-                "channel_messages", *where, order_by=[cm.seq.desc()], limit=latest
-            )
-            return list(reversed(rows))
-        return await self.select("channel_messages", *where, order_by=[cm.seq], limit=limit)
+        page = await self.channel_page(
+            channel_id, after_seq=after_seq, latest=latest, limit=limit, max_bytes=None
+        )
+        return page.rows
 
     async def channel_page(
         self,
@@ -540,26 +530,23 @@ class SqlTx:
         after_seq: int | None = None,
         latest: int | None = None,
         limit: int = 500,
-        max_bytes: int,
+        max_bytes: int | None,
     ) -> Page[ChannelMessage]:
         cm = s.channel_messages.c
         where: list[Any] = [cm.channel_id == channel_id]
         if after_seq is not None:
             where.append(cm.seq > after_seq)
-        if latest is None:
-            return await self._page(
-                "channel_messages", where, key="seq", limit=limit, max_bytes=max_bytes
-            )
-        # The latest messages: chosen newest first, returned in channel order.
-        newest = await self._page(
+        # The latest messages are chosen newest first and returned in channel order.
+        newest = latest is not None
+        page = await self._page(
             "channel_messages",
             where,
             key="seq",
-            limit=latest,
+            limit=latest if latest is not None else limit,
             max_bytes=max_bytes,
-            descending=True,
+            descending=newest,
         )
-        return Page(list(reversed(newest.rows)), newest.more)
+        return Page(page.rows[::-1], page.more) if newest else page
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
         c = s.sessions.c

@@ -31,7 +31,7 @@ from parley.adapters.store import schema as s
 from parley.adapters.store.sql import SqlStore, SqlTx
 from parley.adapters.store.sqlite_inline import inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
-from parley.private_files import PRIVATE_DIR, restrict, touch_private
+from parley.private_files import PRIVATE_DIR, PRIVATE_FILE, restrict, touch_private
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_S = 1.0
@@ -93,7 +93,7 @@ class SqliteStore(SqlStore):
 
     def _acquire_lock(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

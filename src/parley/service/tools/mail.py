@@ -8,22 +8,24 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError
 
 from parley.core.errors import InvalidRequest
+from parley.core.limits import MAX_SEQ
 from parley.core.mail import MAIL_KINDS, InboxFilter, Message, SendRequest
 from parley.service.mail import MAX_WAIT_S
 from parley.service.tools.registry import ToolCall, agent_tool, without_empty
 
 SEND_MESSAGE = f"""\
 Send mail as yourself (the hub sets the sender from your token). to: an agent id, \
-'session:<id>', 'channel:<id>' (its members) or '*' (all other agents; once a minute at most). \
-kind: one of {", ".join(MAIL_KINDS)}; other kinds are refused. A blocker is always copied to \
-the operator. Reply with parent_message_id; group an exchange with correlation_id. With an \
-idempotency_key, a retry returns the original message instead of sending a duplicate."""
+'session:<id>', 'channel:<id>' (its other members; members only) or '*' (all other agents; \
+once a minute at most). kind: one of {", ".join(MAIL_KINDS)}; other kinds are refused. A \
+blocker is always copied to the operator. Reply with parent_message_id; group an exchange with \
+correlation_id. With an idempotency_key, a retry returns the original message (marked \
+replayed) instead of sending a duplicate."""
 
 UPDATE_MESSAGE = """\
 Move a message in your own inbox forward: read -> in_progress -> close. Mail only moves forward \
-and is never deleted; only its recipient may update it. Mark mail read once you have taken it \
-in, in_progress while you work on it, and close it when done: closing archives it, under label \
-if you give one (e.g. a wave)."""
+and is never deleted; only its recipient (or the operator) may update it. Mark mail read once \
+you have taken it in, in_progress while you work on it, and close it when done: closing \
+archives it, under label if you give one (e.g. a wave)."""
 
 WAIT_FOR_MAIL = f"""\
 Wait for new mail and return it as soon as it arrives (marking it delivered), or an empty list \
@@ -93,7 +95,7 @@ async def send_message(
             f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
             code="validation_error",
         ) from exc
-    sent = await call.hub.mail.send_or_replay(call.caller, req)
+    sent = await call.hub.mail.send(call.caller, req)
     view = message_view(sent.message)
     # A resend with a known idempotency key returns the original; say so, as REST's header does.
     return {**view, "replayed": True} if sent.replayed else view
@@ -105,14 +107,21 @@ async def check_inbox(
     unread: Annotated[bool, Field(description="only mail you have not read yet")] = False,
     kind: Annotated[str | None, Field(description="only this kind")] = None,
     since: Annotated[str | None, Field(description="ISO-8601 time; newer mail only")] = None,
+    after_seq: Annotated[
+        int | None, Field(ge=0, le=MAX_SEQ, description="next_after_seq of the previous page")
+    ] = None,
     limit: Annotated[int, Field(ge=1, le=1000, description="at most this many")] = 50,
 ) -> dict[str, Any]:
     """List your own inbox, oldest first: open mail (not closed). You cannot read anyone
     else's inbox. Listing marks new mail delivered; it stays unread until you
-    update_message it to read."""
+    update_message it to read. A page holds at most limit messages, fewer when they are
+    large: when the result says more, call again with after_seq set to its next_after_seq."""
     caller = call.caller
-    flt = InboxFilter(unread=unread, kind=kind, since=since, limit=limit)
-    return messages_result(await call.hub.mail.inbox(caller, caller.id, flt))
+    flt = InboxFilter(unread=unread, kind=kind, since=since, after_seq=after_seq, limit=limit)
+    page = await call.hub.mail.inbox_page(caller, caller.id, flt)
+    if page.more and page.rows:
+        return messages_result(page.rows, more=True, next_after_seq=page.rows[-1].seq)
+    return messages_result(page.rows)
 
 
 @agent_tool()

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from parley.core.errors import ParleyError
+from parley.core.errors import InvalidRequest, ParleyError
 from parley.core.identity import Principal
+from parley.core.limits import json_problem
 
 if TYPE_CHECKING:
     from parley.service.hub import Hub
@@ -95,6 +96,20 @@ def arguments_refused(tool: str, exc: ValidationError) -> ParleyError:
         f"the arguments of {tool!r} are not valid: {problems}; see the tool's input schema",
         code="validation_error",
     )
+
+
+def check_storable(tool: str, arguments: Mapping[str, Any]) -> None:
+    """The guard of every edge (REST, MCP, function calling): text no store can hold (NUL, lone
+    surrogates, NaN) is refused with ``invalid_text`` before it reaches a lookup, instead of
+    failing in the driver."""
+    for key, value in arguments.items():
+        problem = json_problem(value)
+        if problem is not None:
+            raise InvalidRequest(
+                f"argument {key!r} of {tool!r} {problem}; remove it and retry",
+                code="invalid_text",
+                field=key,
+            )
 
 
 def agent_tool(description: str | None = None) -> Callable[[ToolHandler], AgentTool]:

@@ -18,11 +18,10 @@ from pydantic import ValidationError
 
 from parley.core.errors import InvalidRequest, ParleyError
 from parley.core.identity import Principal
-from parley.core.limits import json_problem
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, ToolOutput, ToolSpec
 from parley.service.tools import AGENT_TOOLS, files
-from parley.service.tools.registry import AgentTool, ToolCall, arguments_refused
+from parley.service.tools.registry import AgentTool, ToolCall, arguments_refused, check_storable
 
 if TYPE_CHECKING:
     from parley.service.hub import Hub
@@ -101,15 +100,7 @@ class TurnToolBox:
                 f"the arguments of {name!r} must be a JSON object; see the tool's input schema",
                 code="validation_error",
             )
-        # The same guard as the REST and MCP edges: text no store can hold is refused first.
-        for key, value in arguments.items():
-            problem = json_problem(value)
-            if problem is not None:
-                raise InvalidRequest(
-                    f"argument {key!r} of {name!r} {problem}; remove it and retry",
-                    code="invalid_text",
-                    field=key,
-                )
+        check_storable(name, arguments)
         try:
             return await tool.run(call, arguments)
         except ValidationError as exc:

@@ -178,21 +178,46 @@ class HubClient:
         json_body: Any = None,
     ) -> Any:
         """Send one request; return the decoded JSON body or raise a ``CliFailure``."""
+        response = self.exchange(method, path, params=params, json_body=json_body)
+        if not response.content:
+            return None
+        return response.json()
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+    ) -> httpx.Response:
+        """Send one request; return the response (its status and headers too) or raise a
+        ``CliFailure``."""
         import httpx
 
-        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        # No params at all (not an empty mapping) keeps a query already in ``path``, e.g. a link.
+        clean = {k: v for k, v in (params or {}).items() if v is not None} or None
         try:
             response = self._http.request(method, path, params=clean, json=json_body)
         except httpx.TransportError as exc:
             raise self.unreachable(exc) from exc
         if response.status_code >= 400:
             raise self.api_error(response)
-        if not response.content:
-            return None
-        return response.json()
+        return response
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
+
+    def pages(self, path: str, **params: Any) -> Iterator[tuple[list[Any], bool]]:
+        """Each page of a list and whether more follow it, following the hub's
+        ``Link: <…>; rel="next"`` (a long list comes a page at a time)."""
+        response = self.exchange("GET", path, params=params)
+        while True:
+            following = response.links.get("next")
+            yield response.json(), following is not None
+            if following is None:
+                return
+            response = self.exchange("GET", following["url"])
 
     def post(self, path: str, body: Any = None, **params: Any) -> Any:
         return self.request("POST", path, params=params, json_body={} if body is None else body)

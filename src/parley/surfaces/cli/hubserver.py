@@ -105,8 +105,8 @@ class HubServer(uvicorn.Server):
 
 
 async def run_hub(settings: Settings, log_level: str) -> int:
-    """Start the hub, serve it until a signal, stop it. Returns the exit status."""
-    install_redaction()
+    """Start the hub, serve it until a signal, stop it. Returns the exit status. Logging is
+    configured, redaction included, by ``parley serve`` before this runs."""
     try:
         hub = build_hub(settings)
         await hub.start()

@@ -146,12 +146,18 @@ def send(
             request["payload"] = json.loads(payload)
         except ValueError as exc:
             raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
-    sent = client(ctx).post("/v1/mail", request)
+    response = client(ctx).exchange("POST", "/v1/mail", json_body=request)
+    sent = response.json()
+    # A resend with a known idempotency key sent nothing: the hub answers with the original.
+    replayed = response.headers.get("Idempotent-Replayed") == "true"
+    if replayed:
+        sent["replayed"] = True
+    done = "already sent (idempotent resend; nothing sent again):" if replayed else "sent"
     emit(
         ctx,
         as_json,
         sent,
-        lambda m: console.print(Text(f"sent {m['kind']} {m['id']} to {m['recipient_id']}")),
+        lambda m: console.print(Text(f"{done} {m['kind']} {m['id']} to {m['recipient_id']}")),
     )
 
 
@@ -164,22 +170,36 @@ def inbox(
     status: Annotated[list[str] | None, typer.Option(help="Only these statuses.")] = None,
     label: Annotated[str | None, typer.Option(help="Only mail with this label.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include closed and archived mail.")] = False,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    after_seq: Annotated[
+        int | None, typer.Option(min=0, help="Start after this inbox position.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 100,
     as_json: JsonFlag = False,
 ) -> None:
-    """An inbox in delivery order."""
+    """An inbox in delivery order, up to --limit messages (the hub's pages followed)."""
     hub = client(ctx)
     owner = agent or my_id(hub)
-    messages = hub.get(
+    messages: list[dict[str, Any]] = []
+    more = False
+    for rows, more in hub.pages(
         f"/v1/agents/{owner}/inbox",
         unread=unread or None,
         kind=kind,
         status=status or None,
         label=label,
         include_archived=all_ or None,
+        after_seq=after_seq,
         limit=limit,
-    )
+    ):
+        messages += rows
+        if len(messages) >= limit:
+            more = more or len(messages) > limit
+            messages = messages[:limit]
+            break
     emit(ctx, as_json, messages, lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms)))
+    if more:
+        # Never lose mail silently: say where the rest begins (on stderr, so --json stays JSON).
+        sys.stderr.write(f"more mail follows; list it with --after-seq {messages[-1]['seq']}\n")
 
 
 @mail_app.command("show")
@@ -206,13 +226,13 @@ def move(
 
 @mail_app.command("ack")
 def ack(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
-    """Acknowledge: mark your message read."""
+    """Acknowledge: mark your message read (the operator: anyone's)."""
     move(ctx, message_id, "read", None, as_json)
 
 
 @mail_app.command("start")
 def start(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
-    """Mark your message in progress."""
+    """Mark your message in progress (the operator: anyone's)."""
     move(ctx, message_id, "in_progress", None, as_json)
 
 
@@ -220,7 +240,7 @@ def start(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) 
 def close(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close your message (it is archived, optionally under a label)."""
+    """Close your message (it is archived, optionally under a label; the operator: anyone's)."""
     move(ctx, message_id, "closed", label, as_json)
 
 
@@ -228,7 +248,7 @@ def close(
 def archive(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close and archive your message under a label."""
+    """Close and archive your message under a label (the operator: anyone's)."""
     archived = client(ctx).post(f"/v1/mail/{message_id}/archive", {"label": label})
     emit(ctx, as_json, archived, render_changed)
 

@@ -8,8 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-# The one writer of the operator token file, also used when a rotation rewrites it.
-from parley.home import write_operator_token as write_operator_token
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.cli.output import print_error, state
 

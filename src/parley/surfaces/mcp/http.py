@@ -3,8 +3,9 @@
 One MCP server and session manager per profile; ``/mcp?profile=mail`` picks one (``default``
 without the parameter). A client keeps using the URL it connected with, so every request of a
 session reaches the manager that created it. A request without a valid bearer token is refused
-with 401 before any MCP session exists, and each session is bound to the principal that opened
-it; each tool call then authenticates its own request again (:mod:`.auth`).
+with 401 by the request guard in front of the app before any MCP session exists, and each session
+is bound to the principal that opened it; each tool call then authenticates its own request again
+(:mod:`.auth`).
 
 The MCP SDK and the servers are loaded by the first request to ``/mcp``, not when the hub
 starts: they are a third of the hub's start-up time (Q7), and a hub used only over REST never
@@ -20,26 +21,18 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from parley.core.errors import NotFound, ParleyError, Unauthenticated
+from parley.core.errors import NotFound
+from parley.core.identity import Principal
 from parley.service.hub import Hub
-from parley.surfaces.rest.errors import bearer_challenge
+from parley.surfaces.rest import errors
+from parley.surfaces.rest.deps import CALLER
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 PATH = "/mcp"
-
-
-def _error(exc: ParleyError, status: int) -> JSONResponse:
-    # The header and the body's code say what is wrong with the token: an MCP client shows
-    # little more than "Failed to connect" otherwise.
-    headers = (
-        {"WWW-Authenticate": bearer_challenge(exc)} if isinstance(exc, Unauthenticated) else None
-    )
-    return JSONResponse(exc.to_dict(), status_code=status, headers=headers)
 
 
 def _build_managers(hub: Hub) -> dict[str, StreamableHTTPSessionManager]:
@@ -126,14 +119,11 @@ class McpEndpoint:
                 code="unknown_profile",
                 profiles=list(PROFILES),
             )
-            await _error(refusal, 404)(scope, receive, send)
+            await (await errors.parley_error(request, refusal))(scope, receive, send)
             return
+        # The request guard has authenticated the bearer token (or refused the request).
+        principal: Principal = getattr(request.state, CALLER)
         token = bearer_token(request.headers)
-        try:
-            principal = await self.hub.identity.authenticate(token)
-        except Unauthenticated as exc:
-            await _error(exc, 401)(scope, receive, send)
-            return
         assert token is not None
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
         from mcp.server.auth.provider import AccessToken

@@ -20,11 +20,10 @@ from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from parley import __version__
-from parley.core.errors import ConfigError, InvalidRequest, ParleyError
-from parley.core.limits import json_problem
+from parley.core.errors import ConfigError, ParleyError
 from parley.service.hub import Hub
 from parley.service.tools import AGENT_TOOLS, AgentTool, ToolCall
-from parley.service.tools.registry import compact_schema, describe
+from parley.service.tools.registry import check_storable, compact_schema, describe
 from parley.surfaces.mcp.auth import Authenticator
 from parley.surfaces.mcp.results import error_result, invalid_arguments, json_result
 
@@ -84,18 +83,10 @@ class ParleyMCP(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        # The same guard as the REST edge: text no store can hold (NUL, lone surrogates, NaN) is
-        # refused with invalid_text before it reaches a lookup, instead of failing in the driver.
-        for key, value in (arguments or {}).items():
-            problem = json_problem(value)
-            if problem is not None:
-                return error_result(
-                    InvalidRequest(
-                        f"argument {key!r} of {name!r} {problem}; remove it and retry",
-                        code="invalid_text",
-                        field=key,
-                    )
-                )
+        try:
+            check_storable(name, arguments or {})
+        except ParleyError as exc:
+            return error_result(exc)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

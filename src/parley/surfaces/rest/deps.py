@@ -1,11 +1,11 @@
-"""Request dependencies: the hub, and the caller derived from the bearer token."""
+"""Request dependencies: the hub, and the caller the request guard derived from the bearer
+token."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.core.identity import Principal
@@ -22,6 +22,9 @@ STREAM_ROUTES = frozenset(
 )
 """The server-sent event routes, the only ones that accept ``?token=``."""
 
+CALLER = "caller"
+"""Where in ``request.state`` the request guard leaves the principal it authenticated."""
+
 _bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
 
 
@@ -34,23 +37,14 @@ async def get_hub(request: Request) -> Hub:
 
 async def get_caller(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    # Unused here (the guard read the token): it puts the bearer scheme in the OpenAPI document.
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    hub: Hub = request.app.state.hub
-    token = credentials.credentials if credentials is not None else None
-    if token is None and is_stream_route(request):
-        # Browsers' EventSource cannot set headers, so the event streams, and only they, take
-        # ?token= (which the access log then shows redacted).
-        token = request.query_params.get("token")
-    return await hub.identity.authenticate(token)
-
-
-def is_stream_route(request: Request) -> bool:
-    """Whether the request was routed to one of the event-stream endpoints, judged by the
-    matched route's template: ``DELETE /v1/tasks/stream`` (the task route with the id
-    "stream") is not one."""
-    route = request.scope.get("route")
-    return request.method == "GET" and isinstance(route, APIRoute) and route.path in STREAM_ROUTES
+    """The principal the request guard authenticated before the body was read: the guard runs
+    in front of every route and refuses a request without a valid token (guard.py), so a
+    route's caller is authenticated once."""
+    caller: Principal = getattr(request.state, CALLER)
+    return caller
 
 
 async def refuse_unstorable_url(request: Request) -> None:

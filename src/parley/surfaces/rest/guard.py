@@ -5,9 +5,13 @@ A request without a valid token is answered 401 before a single body byte is rea
 that cannot authenticate cannot make the hub hold a large body in memory. A body larger than
 ``request_max_bytes`` is refused with 413 (at once when its ``Content-Length`` says so, or as soon
 as a chunked body grows past it); a body whose next part does not come within ``body_timeout_s``
-is refused with 408. When the principal's tokens are revoked (a rotation), every request it has
-open, long polls and event streams included, ends: with 401 ``token_revoked`` if no response
-has started, else with a last ``error`` event on an event stream.
+is refused with 408. The principal it finds is the route's caller (``deps.Caller``): a request is
+authenticated once.
+
+When the principal's tokens are revoked (a rotation), the requests that may stay open end: an
+event stream with a last ``error`` event, an ``/mcp`` request with 401 ``token_revoked`` if no
+response has started. Only those are watched, so an ordinary request costs no watch; a long poll
+(``mail wait``, ``wait_for_mail``, ``wait_for_turn``) is ended by the service layer itself.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from parley.core.identity import Principal
 from parley.service.hub import Hub
 from parley.service.identity import revocation_topic, token_revoked
 from parley.surfaces.mcp.auth import bearer_token
+from parley.surfaces.mcp.http import PATH as MCP_PATH
 from parley.surfaces.rest import errors
-from parley.surfaces.rest.deps import STREAM_ROUTES
+from parley.surfaces.rest.deps import CALLER, STREAM_ROUTES
 
 log = logging.getLogger("parley.rest")
 
@@ -38,10 +43,6 @@ PUBLIC_PATHS = frozenset(
     {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 )
 """The paths anyone may reach: health checks and the API's own documentation."""
-
-SELF_AUTHENTICATING = frozenset({"/mcp"})
-"""Paths whose endpoint refuses a bad token itself before reading the body, in the words its
-clients understand; the guard still bounds their bodies and ends them on revocation."""
 
 
 class BodyRefused(Exception):
@@ -195,19 +196,23 @@ class RequestGuard:
             max_bytes=settings.request_max_bytes,
             timeout_s=settings.body_timeout_s,
         )
+        headers = Headers(scope=scope)
         principal: Principal | None = None
         token: str | None = None
+        stream = self._is_stream(scope)
         if scope["path"] not in PUBLIC_PATHS:
-            token = self._token(scope)
+            token = bearer_token(headers)
+            if token is None and stream:
+                # Browsers' EventSource cannot set headers: the event streams alone take ?token=.
+                token = QueryParams(scope.get("query_string", b"")).get("token") or None
             try:
                 principal = await self.hub.identity.authenticate(token)
             except Unauthenticated as exc:
-                if scope["path"] not in SELF_AUTHENTICATING:
-                    response = await errors.parley_error(Request(scope), exc)
-                    response.headers["Connection"] = "close"
-                    await response(scope, receive, send)
-                    return
-        headers = Headers(scope=scope)
+                response = await errors.parley_error(Request(scope), exc)
+                response.headers["Connection"] = "close"
+                await response(scope, receive, send)
+                return
+            scope.setdefault("state", {})[CALLER] = principal
         declared = declared_length(headers)
         # A request without a body gets its one empty message at once: no timer is needed.
         exchange.body_done = declared == 0 or (
@@ -217,7 +222,8 @@ class RequestGuard:
             exchange.refuse(too_large(settings.request_max_bytes))
             await exchange.send_refusal()
             return
-        if principal is None or token is None:
+        if principal is None or token is None or not (stream or scope["path"] == MCP_PATH):
+            # An ordinary request ends within moments: only one that may stay open is watched.
             await self._run(scope, exchange)
             return
         await self._run_watched(scope, exchange, principal, token)
@@ -276,13 +282,8 @@ class RequestGuard:
             with contextlib.suppress(OSError):
                 await exchange.end(revoked[0])
 
-    def _token(self, scope: Scope) -> str | None:
-        token = bearer_token(Headers(scope=scope))
-        if token is None and self._is_stream(scope):
-            # Browsers' EventSource cannot set headers: the event streams alone take ?token=.
-            token = QueryParams(scope.get("query_string", b"")).get("token") or None
-        return token
-
     def _is_stream(self, scope: Scope) -> bool:
+        """Whether the request is for an event stream, by the route templates (``DELETE
+        /v1/tasks/stream``, the task route with the id "stream", is not one)."""
         path = scope["path"]
         return scope["method"] == "GET" and any(r.fullmatch(path) for r in self._streams)

@@ -80,9 +80,11 @@ def stream(
         last = after
         subscribers.inc()
         try:
-            page = await backfill(last)
-            pending, more = page.items, page.more
+            refill = True
             while True:
+                if refill:
+                    page = await backfill(last)
+                    pending, more = page.items, page.more
                 sent: list[SseItem] = []
                 for item in pending:
                     if last is not None:
@@ -97,27 +99,20 @@ def stream(
                     yield {"id": item.id, "event": item.event, "data": json.dumps(item.data)}
                 if sent and on_sent is not None:
                     await on_sent(sent)
-                if more and sent:
-                    # The next page only now that this one is out; live events wait in the
-                    # subscription (an overflow there means a backfill again from here).
-                    page = await backfill(last)
-                    pending, more = page.items, page.more
+                # The next page only now that this one is out; live events wait in the
+                # subscription meanwhile.
+                refill = more and bool(sent)
+                if refill:
                     continue
-                data = await sub.get()
-                if data.get("type") == "overflow":
-                    page = await backfill(last)
-                    pending, more = page.items, page.more
-                    continue
-                batch = [data]
+                batch = [await sub.get()]
                 drain = getattr(sub, "get_nowait", None)
                 while drain is not None and (queued := drain()) is not None:
                     batch.append(queued)
-                if any(d.get("type") == "overflow" for d in batch):
-                    page = await backfill(last)
-                    pending, more = page.items, page.more
-                    continue
-                pending = [it for it in (from_live(d) for d in batch) if it is not None]
-                more = False
+                # The subscription overflowed: what it dropped is in the store, read from here.
+                refill = any(d.get("type") == "overflow" for d in batch)
+                if not refill:
+                    pending = [it for it in (from_live(d) for d in batch) if it is not None]
+                    more = False
         finally:
             subscribers.dec()
             await sub.close()

@@ -54,7 +54,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 async def send(req: SendRequest, response: Response, caller: Caller, hub: HubDep) -> Message:
     """Send mail as the caller (201). With ``idempotency_key`` a resend sends nothing and
     returns the original with 200 and ``Idempotent-Replayed: true`` (M6)."""
-    sent = await hub.mail.send_or_replay(caller, req)
+    sent = await hub.mail.send(caller, req)
     if sent.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"

@@ -112,7 +112,7 @@ def meeting_view(meeting: Meeting) -> MeetingView:
         status=meeting.status,
         end_reason=meeting.end_reason,
         error=meeting.error,
-        round=min(round_of(meeting.speeches, len(present)), meeting.max_rounds),
+        round=min(round_of(meeting.turns, len(present)), meeting.max_rounds),
         max_rounds=meeting.max_rounds,
         speeches=meeting.speeches,
         present=present,
@@ -322,17 +322,7 @@ async def briefs(room_id: str, caller: Caller, hub: HubDep) -> list[Brief]:
 async def pulse(room_id: str, caller: Caller, hub: HubDep) -> PulseOut:
     """Run the room's light tick once: broadcast the board if it changed (no model call),
     evaluate the stall signals once, escalate a stall to a meeting convened by the human seat."""
-    result = await hub.pulse.pulse(caller, room_id)
-    return PulseOut(
-        room_id=result.room_id,
-        summary=result.summary,
-        signals=result.signals,
-        conclusion=result.conclusion,
-        escalated=result.escalated,
-        reason=result.reason,
-        meeting_id=result.meeting_id,
-        logged=result.logged,
-    )
+    return PulseOut.model_validate(await hub.pulse.pulse(caller, room_id), from_attributes=True)
 
 
 @router.get("/v1/rooms/{room_id}/pulse", response_model=list[PulseEntry])

@@ -79,9 +79,8 @@ async def hub_stream(
 
     async def backfill(last: str | None) -> BackfillPage:
         if last is None:
-            return BackfillPage(
-                [], False
-            )  # a fresh watcher starts from now; resume with Last-Event-ID
+            # A fresh watcher starts from now; it resumes with Last-Event-ID.
+            return BackfillPage([], more=False)
         async with hub.store.read() as tx:
             page = await hub.ctx.events.page(
                 tx, after=last, limit=PAGE_ROWS, max_bytes=hub.settings.page_max_bytes

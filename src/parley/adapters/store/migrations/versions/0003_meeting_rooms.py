@@ -60,6 +60,7 @@ def upgrade() -> None:
         sa.Column("round", sa.Integer(), server_default="0", nullable=False),
         sa.Column("max_rounds", sa.Integer(), nullable=False),
         sa.Column("speeches", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("turns", sa.Integer(), server_default="0", nullable=False),
         sa.Column("attendees", sa.JSON(), nullable=False),
         sa.Column("stop_requested", sa.Boolean(), server_default=sa.text("false"), nullable=False),
         sa.Column("owner", sa.String(length=64), nullable=True),
