@@ -27,36 +27,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import random
-import shutil
-import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hub_server import (
-    install_signal_exit,
-    machine_description,
-    percentile,
-    progress,
-    set_quiet,
-    temp_postgres,
+from common import (
+    TimedRuntime,
+    conditions,
+    distribution,
+    load_average,
+    measure_backend,
+    ms,
+    parse_args,
+    run_main,
 )
+from hub_server import percentile, progress
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.adapters.store.sql import SqlTx
-from parley.bootstrap import build_hub
-from parley.config import Settings
 from parley.core import discussion as d
 from parley.core.channels import REJECT_REASONS, ChannelMessage
 from parley.core.identity import Principal
-from parley.core.ports import Runtime, Tx
-from parley.core.runtime import NO_REPLY, Turn, TurnResult
+from parley.core.ports import Tx
+from parley.core.runtime import NO_REPLY, Turn
 from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
@@ -98,10 +92,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 def _text(label: str, size: int = REPLY_CHARS) -> str:
     """A message of about ``size`` characters that says what it is."""
     return (label + " " + "lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
@@ -118,27 +108,10 @@ class CallLog:
 
     calls: list[tuple[str | None, float, float, float, float]] = field(default_factory=list)
 
-
-class TimedRuntime:
-    """Wraps a runtime to note, per call, wall and thread-CPU time at entry and at exit."""
-
-    kind = "scripted"
-
-    def __init__(self, inner: Runtime, log: CallLog) -> None:
-        self.inner = inner
-        self.log = log
-
-    async def respond(self, turn: Turn) -> TurnResult:
-        wall_in, cpu_in = time.perf_counter(), time.thread_time()
-        try:
-            return await self.inner.respond(turn)
-        finally:
-            self.log.calls.append(
-                (turn.task_id, wall_in, time.perf_counter(), cpu_in, time.thread_time())
-            )
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    def note(
+        self, turn: Turn, wall_in: float, wall_out: float, cpu_in: float, cpu_out: float
+    ) -> None:
+        self.calls.append((turn.task_id, wall_in, wall_out, cpu_in, cpu_out))
 
 
 async def bench_overhead(
@@ -149,7 +122,7 @@ async def bench_overhead(
     for member in members:
         await _agent(hub, operator, member)
         reply = _text(f"{member} answers")
-        runtimes.set(member, TimedRuntime(ScriptedRuntime(lambda _t, r=reply: r), log))
+        runtimes.set(member, TimedRuntime(ScriptedRuntime(lambda _t, r=reply: r), log.note))
     channel = await hub.channels.create(
         operator, ChannelSpec(name="overhead", members=members, discussion_rounds=5)
     )
@@ -176,7 +149,6 @@ async def bench_overhead(
         cpu_spans.append((after[3] - before[4]) * 1000)
         # The first call of a round also waits for the round's own small transaction.
         (round_starts if position % len(members) == 0 else in_round).append(span)
-    spans.sort()
     cpu_spans.sort()
     round_starts.sort()
     in_round.sort()
@@ -185,14 +157,11 @@ async def bench_overhead(
     result = {
         "turns": len(log.calls),
         "overhead_spans": len(spans),
-        "turn_overhead_p50_ms": _ms(percentile(spans, 50)),
-        "turn_overhead_p90_ms": _ms(percentile(spans, 90)),
-        "turn_overhead_p99_ms": _ms(percentile(spans, 99)),
-        "turn_overhead_max_ms": _ms(spans[-1] if spans else None),
-        "turn_overhead_cpu_p50_ms": _ms(percentile(cpu_spans, 50)),
-        "turn_overhead_in_round_p50_ms": _ms(percentile(in_round, 50)),
-        "turn_overhead_round_start_p50_ms": _ms(percentile(round_starts, 50)),
-        "turn_wall_mean_ms": _ms(1000 * wall / max(len(log.calls), 1)),
+        **distribution("turn_overhead", spans),
+        "turn_overhead_cpu_p50_ms": ms(percentile(cpu_spans, 50)),
+        "turn_overhead_in_round_p50_ms": ms(percentile(in_round, 50)),
+        "turn_overhead_round_start_p50_ms": ms(percentile(round_starts, 50)),
+        "turn_wall_mean_ms": ms(1000 * wall / max(len(log.calls), 1)),
         "overhead_task_ends": dict(ends),
     }
     progress(
@@ -539,69 +508,29 @@ async def bench_supersede(
 
 
 # -- driver ---------------------------------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def database(backend: str) -> AsyncIterator[str | None]:
-    if backend == "postgres":
-        async with temp_postgres("parley_bench_disc_") as url:
-            yield url
-    else:
-        yield None
-
-
 async def run(plan: Plan) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="parley-bench-discussion-"))
-    load_before = os.getloadavg()
-    began = time.perf_counter()
-    try:
-        async with database(plan.backend) as url:
-            runtimes = StaticRuntimes()
-            hub = build_hub(Settings(home=home, database_url=url), runtimes=runtimes)
-            await hub.start(background=False)
-            try:
-                assert hub.operator_token is not None
-                operator = await hub.identity.authenticate(hub.operator_token)
-                sections: list[Callable[..., Awaitable[dict[str, Any]]]] = [
-                    bench_overhead,
-                    bench_prompt,
-                    bench_supersede,
-                ]
-                figures: dict[str, Any] = {}
-                for section in sections:
-                    figures.update(await section(hub, runtimes, operator, plan))
-            finally:
-                await hub.stop()
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    return {
-        "backend": plan.backend,
-        "quick": plan.quick,
-        **figures,
-        "elapsed_s": round(time.perf_counter() - began, 1),
-        "load_avg_before": [round(x, 2) for x in load_before],
-        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
-        "machine": machine_description(),
-    }
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the supersede runs")
-    parser.add_argument("--runs", type=int, default=None, help="number of supersede runs")
-    parser.add_argument("--tasks", type=int, default=None, help="overhead tasks (20 turns each)")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return parser.parse_args(argv)
+    load_before = load_average()
+    figures = await measure_backend(
+        plan.backend,
+        plan,
+        (bench_overhead, bench_prompt, bench_supersede),
+        home_prefix="parley-bench-discussion-",
+        database_prefix="parley_bench_disc_",
+    )
+    return {"backend": plan.backend, "quick": plan.quick, **figures, **conditions(load_before)}
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    set_quiet(args.quiet)
-    install_signal_exit()
-    plan = make_plan(args)
-    result = asyncio.run(run(plan))
-    sys.stdout.flush()
-    print(json.dumps(result))
+    args = parse_args(
+        __doc__,
+        argv,
+        counts=[
+            ("--seed", "seed of the supersede runs"),
+            ("--runs", "number of supersede runs"),
+            ("--tasks", "overhead tasks (20 turns each)"),
+        ],
+    )
+    run_main(args, lambda: run(make_plan(args)))
 
 
 if __name__ == "__main__":

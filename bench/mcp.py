@@ -36,15 +36,8 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 sys.path.append(str(HERE))
-from hub_server import (  # noqa: E402
-    HubProcess,
-    install_signal_exit,
-    machine_description,
-    percentile,
-    progress,
-    set_quiet,
-    temp_postgres,
-)
+from common import database, ms, parse_args, run_main  # noqa: E402
+from hub_server import HubProcess, machine_description, percentile, progress  # noqa: E402
 
 # A wait that has not yet reached the hub would find the mail already there: give it time.
 ARM_S = 0.02
@@ -123,25 +116,12 @@ async def measure_wakes(server: HubProcess, samples: int, warmup: int) -> dict[s
     wakes.sort()
     sends.sort()
     return {
-        "wake_p50_ms": _ms(percentile(wakes, 50)),
-        "wake_p99_ms": _ms(percentile(wakes, 99)),
-        "wake_max_ms": _ms(wakes[-1] if wakes else None),
-        "send_p50_ms": _ms(percentile(sends, 50)),
+        "wake_p50_ms": ms(percentile(wakes, 50), 2),
+        "wake_p99_ms": ms(percentile(wakes, 99), 2),
+        "wake_max_ms": ms(wakes[-1] if wakes else None, 2),
+        "send_p50_ms": ms(percentile(sends, 50), 2),
         "samples": len(wakes),
     }
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
-
-
-@contextlib.asynccontextmanager
-async def database(backend: str) -> AsyncIterator[str | None]:
-    if backend == "sqlite":
-        yield None
-        return
-    async with temp_postgres("parley_bench_mcp_") as url:
-        yield url
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,7 +130,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="parley-bench-mcp-"))
     try:
         sizes = await profile_sizes(scratch)
-        async with database(args.backend) as url:
+        async with database(args.backend, "parley_bench_mcp_") as url:
             server = HubProcess(scratch / "hub", url)
             try:
                 await server.start()
@@ -172,22 +152,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
-    parser.add_argument("--samples", type=int, default=None, help="measured wakes")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    set_quiet(args.quiet)
-    install_signal_exit()
-    result = asyncio.run(run(args))
-    sys.stdout.flush()
-    print(json.dumps(result))
+    args = parse_args(__doc__, argv, counts=[("--samples", "measured wakes")])
+    run_main(args, lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,23 @@ class Settings(BaseSettings):
         "broadcast, escalation to a meeting); 0: off, pulse only on request.",
     )
     turn_timeout_s: float = Field(default=120.0, gt=0)
+    worker_stale_after_s: float = Field(
+        default=1500.0,
+        gt=0,
+        description="Seconds without a heartbeat after which a running or idle worker is stale "
+        "(W6), unless a takeover is pending or it is marked long-running.",
+    )
+    worker_health_sweep_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds between health sweeps of workers; 0 turns them off.",
+    )
+    worker_result_budget_tokens: int = Field(
+        default=2000,
+        ge=1,
+        description="Largest task-result summary handed to a parent inline, in tokens (about four "
+        "characters each); a longer one is stored as an artifact and the parent gets a reference.",
+    )
     payload_max_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest mail payload, in bytes of its JSON encoding."
     )

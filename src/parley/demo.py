@@ -1,6 +1,7 @@
 """``parley demo``: start the hub on its embedded SQLite store and show real work through its
-REST API — mail between agents, then a moderated discussion opened from a work channel that
-reports back and wakes the session that asked for it.
+REST API — mail between agents, a moderated discussion opened from a work channel that reports
+back and wakes the session that asked for it, a meeting of the three in a room
+(``demo_meeting``), then a worker tree with a cancel and a takeover (``demo_workers``).
 
 Agents answer through an OpenAI-compatible endpoint when ``PARLEY_OPENAI_BASE_URL`` (and
 ``PARLEY_OPENAI_MODEL``, ``PARLEY_OPENAI_API_KEY``) are set, and then do every step of the
@@ -28,10 +29,11 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings, resolve_home, write_hub_info, write_operator_token
 from parley.core.runtime import DONE_MARKER, Turn
+from parley.demo_meeting import MeetingScene, MeetingScript, ScriptedVoice
+from parley.demo_workers import WorkersScene, WorkersScript, WorkerVoice
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.rest.app import create_app
 from parley.testing import StaticRuntimes
@@ -469,7 +471,7 @@ class Demo:
         )
 
     async def wrap_up(self) -> None:
-        self.step("7. Everything above is in the event log")
+        self.step("9. Everything above is in the event log")
         events = await self.call(self.op, "GET", "/v1/events?limit=1000")
         counts: dict[str, int] = {}
         for event in events:
@@ -493,14 +495,18 @@ def _print_message(data: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _serving(settings: Settings, port: int) -> AsyncIterator[tuple[str, Any]]:
+async def _serving(
+    settings: Settings, port: int, script: MeetingScript, workers: WorkersScript
+) -> AsyncIterator[tuple[str, Any]]:
     runtimes = StaticRuntimes(fallback=default_runtimes())
     hub = build_hub(settings, runtimes=runtimes)
     await hub.start()
     if settings.openai_base_url is None:
-        scripted = ScriptedRuntime(_scripted_reply)
+        # Each agent its own scripted runtime (its own model route), as members of a meeting
+        # each speak with their own model (R11).
         for agent in AGENTS:
-            runtimes.set(agent, scripted)
+            voice = ScriptedVoice(agent, script, _scripted_reply)
+            runtimes.set(agent, WorkerVoice(agent, workers, voice))
     server = uvicorn.Server(
         uvicorn.Config(create_app(hub=hub), host="127.0.0.1", port=port, log_level="warning")
     )
@@ -522,7 +528,8 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
         shutil.rmtree(home)
     home.mkdir(parents=True)
     settings = Settings(home=home)
-    async with _serving(settings, _free_port(port)) as (url, hub):
+    script, workers = MeetingScript(), WorkersScript()
+    async with _serving(settings, _free_port(port), script, workers) as (url, hub):
         write_hub_info(home, url)
         token = hub.operator_token
         assert token is not None
@@ -539,6 +546,8 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
             await demo.create_agents()
             await demo.mail()
             await demo.discussion()
+            await MeetingScene(demo, script, console).run()
+            await WorkersScene(demo, hub, workers, console).run()
             await demo.wrap_up()
         finally:
             await demo.close()
@@ -550,6 +559,8 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
             f"  .venv/bin/parley --home {home} agent list\n"
             f"  .venv/bin/parley --home {home} mail inbox operator\n"
             f"  .venv/bin/parley --home {home} channel list\n"
+            f"  .venv/bin/parley --home {home} room list\n"
+            f"  .venv/bin/parley --home {home} worker list\n"
             "Press Ctrl-C to stop."
         )
         with contextlib.suppress(asyncio.CancelledError):

@@ -12,55 +12,27 @@ Each step is one JSON line on stdout; the exit status is 0 when the protocol ran
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import httpx2
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from mcp_agent import (
+    WAIT_S,
+    ProtocolBroken,
+    ToolRefused,
+    arguments,
+    call,
+    connect,
+    emit,
+    next_turn,
+    run_agent,
+)
 
 DONE_MARKER = "[[DISCUSSION_DONE]]"
-WAIT_S = 60.0
 VOTE_FROM_ROUND = 2
 GUIDE = "Decide how the hub should name its discussion summary files, and why."
-
-
-class ProtocolBroken(Exception):
-    """The hub did not do what the protocol promises; the agent stops with status 1."""
-
-
-class ToolRefused(Exception):
-    """The hub refused a call; ``code`` is its stable error code."""
-
-    def __init__(self, tool: str, code: str, message: str) -> None:
-        super().__init__(f"{tool}: {code}: {message}")
-        self.code = code
-
-
-def emit(event: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
-
-
-async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, args)
-    if result.is_error:
-        body = result.structured_content or {}
-        raise ToolRefused(tool, str(body.get("code")), str(body.get("message")))
-    data: dict[str, Any] = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    return data
-
-
-async def next_turn(client: Client) -> dict[str, Any]:
-    turn = await call(client, "wait_for_turn", timeout_s=WAIT_S)
-    if turn.get("timed_out"):
-        raise ProtocolBroken(f"no turn came within {WAIT_S:g}s")
-    return turn
 
 
 async def reply_for(client: Client, me: str, turn: dict[str, Any]) -> tuple[str, list[str]]:
@@ -83,7 +55,7 @@ async def reply_for(client: Client, me: str, turn: dict[str, Any]) -> tuple[str,
 async def discuss(client: Client, me: str, channel_id: str | None) -> str:
     """Take turns until this agent has voted; returns the discussion channel id."""
     while True:
-        turn = await next_turn(client)
+        turn = await next_turn(client, waits=1)
         channel_id = channel_id or turn["channel_id"]
         if turn["channel_id"] != channel_id:
             raise ProtocolBroken(f"a turn in {turn['channel_id']!r}, not the discussion")
@@ -129,7 +101,7 @@ async def finish(client: Client, me: dict[str, Any], channel_id: str) -> None:
     closed = await call(client, "discuss_callback", summaryPath="discussions/summary-names.md")
     emit("callback", status=closed["status"], summary_path=closed["discussion"]["summaryPath"])
 
-    wake = await next_turn(client)
+    wake = await next_turn(client, waits=1)
     if wake["channel_id"] != me["work_channel_id"]:
         raise ProtocolBroken(f"the wake came in {wake['channel_id']!r}, not the work channel")
     inbox = await call(client, "check_inbox", kind="notice")
@@ -144,12 +116,7 @@ async def finish(client: Client, me: dict[str, Any], channel_id: str) -> None:
 
 
 async def run(url: str, token: str, members: list[str]) -> None:
-    headers = {"Authorization": f"Bearer {token}"}
-    timeout = httpx2.Timeout(30.0, read=WAIT_S + 30.0)
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
-    ):
+    async with connect(url, token) as client:
         me = await call(client, "whoami")
         emit("ready", id=me["id"], work_channel_id=me["work_channel_id"])
         channel_id = None
@@ -171,17 +138,11 @@ async def run(url: str, token: str, members: list[str]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the hub's base URL")
+    parser = arguments(__doc__)
     parser.add_argument("--open", default="", help="members to open a discussion with")
     args = parser.parse_args()
     members = [m for m in args.open.split(",") if m]
-    try:
-        asyncio.run(run(args.url, os.environ["PARLEY_TOKEN"], members))
-    except (ProtocolBroken, ToolRefused) as exc:
-        emit("failed", error=str(exc))
-        return 1
-    return 0
+    return run_agent(run(args.url, os.environ["PARLEY_TOKEN"], members))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""Kill -9 of a hub process in the middle of concurrent group discussions and mail (Q4).
+"""Kill -9 of a hub process in the middle of concurrent group discussions, a meeting and mail
+(Q4, R7).
 
 The hub runs as its own process (``hub_launcher.py``) with remote agents that this test answers
-over REST, so every discussion is parked on a pending turn when the hub is killed, while mail
-keeps arriving. After a restart on the same data root / database, everything the API
-acknowledged is there exactly once, channel positions have no hole, every interrupted task ended
-as ``interrupted`` with a note in its channel, none of its turns is still offered, and a new
-message starts a new discussion that runs to its end.
+over REST, so every discussion and the meeting are parked on a pending turn when the hub is
+killed, while mail keeps arriving. After a restart on the same data root / database, everything
+the API acknowledged is there exactly once, channel positions have no hole, every interrupted
+task ended as ``interrupted`` with a note in its channel, none of its turns is still offered, and
+a new message starts a new discussion that runs to its end. The meeting is closed as
+``interrupted`` with exactly the speeches committed before the kill, its members are back in the
+states the summons found, and the room meets again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ CHANNELS = {"north": ["n1", "n2"], "south": ["s1", "s2"], "west": ["w1", "w2", "
 ANSWERED = {"north": 1, "south": 2, "west": 4}
 MAIL_BEFORE_KILL = 30
 INTERRUPTED_NOTE = "[Discussion Interrupted]"
+# A room of three remote members, one of which marked its work done. A human convenes and the
+# room has no moderator runtime, so safe rotation gives the floor (least spoken first, never the
+# same member twice in a row): four speeches are committed before the kill, and m2's second
+# turn stays pending.
+MEETING = ["m1", "m2", "m3"]
+DONE_MEMBER = "m2"
+FLOOR = ["m1", "m2", "m3", "m1", "m2"]
+SPOKEN = len(FLOOR) - 1
+MEETING_INTERRUPTED_NOTE = "[Meeting interrupted]"
 
 
 class HubProcess:
@@ -161,6 +173,67 @@ async def advance(
     raise AssertionError("unreachable")
 
 
+@dataclass
+class HeldMeeting:
+    """A meeting left mid-way: its room, the members as the summons found them, the meeting,
+    and the turn that stays pending."""
+
+    room_id: str
+    members_before: list[dict[str, Any]]
+    meeting: dict[str, Any]
+    pending: dict[str, Any]
+
+
+async def hold_meeting(op: httpx.AsyncClient, agents: dict[str, httpx.AsyncClient]) -> HeldMeeting:
+    """Convene a room of ``MEETING``, answer ``SPOKEN`` speeches in the rotation's order and
+    return once the next speaker's turn is offered, which is left unanswered."""
+    r = await op.post("/v1/rooms", json={"name": "standup", "config": {"max_rounds": 3}})
+    assert r.status_code == 201, r.text
+    room_id = r.json()["id"]
+    for member in MEETING:
+        r = await op.post(f"/v1/rooms/{room_id}/members", json={"agent_id": member})
+        assert r.status_code == 201, r.text
+    r = await agents[DONE_MEMBER].post("/v1/rooms/done", json={"done": True})
+    assert r.status_code == 200, r.text
+    members_before = await room_members(op, room_id)
+    assert {m["agent_id"]: m["state"] for m in members_before} == {
+        "m1": "idle-waiting",
+        "m2": "done",
+        "m3": "idle-waiting",
+    }
+    r = await op.post(f"/v1/rooms/{room_id}/meetings", json={"topic": "Who unblocks whom"})
+    assert r.status_code == 201, r.text
+    meeting = r.json()
+    assert (meeting["status"], meeting["present"]) == ("running", MEETING)
+    for k, member in enumerate(FLOOR):
+        turn = await next_turn(agents[member])
+        assert turn is not None, f"{member} got no meeting turn {k}"
+        assert turn["channel_id"] == meeting["channel_id"]
+        if k == SPOKEN:
+            return HeldMeeting(room_id, members_before, meeting, turn)
+        r = await agents[member].post(
+            f"/v1/turns/{turn['id']}/speak", json={"text": f"{member} speech {k}"}
+        )
+        assert r.status_code == 200, r.text
+    raise AssertionError("unreachable")
+
+
+async def room_members(op: httpx.AsyncClient, room_id: str) -> list[dict[str, Any]]:
+    r = await op.get(f"/v1/rooms/{room_id}/members")
+    assert r.status_code == 200, r.text
+    return list(r.json())
+
+
+async def meeting_record(op: httpx.AsyncClient, meeting_id: str) -> dict[str, Any]:
+    """The meeting, its transcript and its speech records, as the API shows them."""
+    found: dict[str, Any] = {}
+    for key, path in (("meeting", ""), ("transcript", "/transcript"), ("speeches", "/speeches")):
+        r = await op.get(f"/v1/rooms/meetings/{meeting_id}{path}")
+        assert r.status_code == 200, r.text
+        found[key] = r.json()
+    return found
+
+
 async def messages(op: httpx.AsyncClient, channel_id: str) -> list[dict[str, Any]]:
     r = await op.get(f"/v1/channels/{channel_id}/messages", params={"limit": 1000})
     assert r.status_code == 200, r.text
@@ -201,7 +274,7 @@ async def finished(op: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
         await asyncio.sleep(0.05)
 
 
-async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
+async def test_kill_9_mid_discussions_meeting_and_mail_loses_and_duplicates_nothing(
     tmp_path: Path, database_url: str
 ) -> None:
     home = tmp_path / "data"
@@ -213,7 +286,7 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
         token = (home / "operator.token").read_text().strip()
         async with client(first.url, token) as op:
             agent_tokens: dict[str, str] = {}
-            for member in (m for members in CHANNELS.values() for m in members):
+            for member in [*(m for members in CHANNELS.values() for m in members), *MEETING]:
                 r = await op.post("/v1/agents", json={"id": member, "runtime": {"kind": "remote"}})
                 assert r.status_code == 201, r.text
                 agent_tokens[member] = r.json()["token"]
@@ -242,19 +315,24 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
                 asyncio.create_task(mailer.send_until_refused(s, senders[(i + 1) % len(senders)]))
                 for i, s in enumerate(senders[:3])
             ]
+            held_meeting = asyncio.create_task(hold_meeting(op, agents))
             pending = await asyncio.gather(
                 *(
                     advance(channel_ids[name], CHANNELS[name], agents, ANSWERED[name])
                     for name in CHANNELS
                 )
             )
+            held = await held_meeting
             await asyncio.wait_for(mailer.enough.wait(), WAIT_S)
             before = {name: await messages(op, channel_ids[name]) for name in CHANNELS}
             for name in CHANNELS:
                 (task,) = await tasks(op, channel_ids[name])
                 assert task["id"] == running[name] and task["status"] == "running"
+            # The meeting is parked on m2's pending turn: what it committed cannot change now.
+            meeting_before = await meeting_record(op, held.meeting["id"])
+            members_during = await room_members(op, held.room_id)
 
-            await first.kill()  # mid-discussion: every channel waits on a remote answer
+            await first.kill()  # mid-way: every discussion and the meeting wait on an answer
             await asyncio.gather(*mail)
             for agent in agents.values():
                 await agent.aclose()
@@ -266,6 +344,18 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
     for name in CHANNELS:
         # The topic, then one reply per answered turn, all committed before the kill.
         assert [m["sender_kind"] for m in before[name]] == ["human"] + ["agent"] * ANSWERED[name]
+    # The convening note, then each answered speech; a record for each, in the meeting's counter.
+    spoken = [f"{member} speech {k}" for k, member in enumerate(FLOOR[:SPOKEN])]
+    assert meeting_before["meeting"]["status"] == "running"
+    assert meeting_before["meeting"]["speeches"] == SPOKEN
+    assert [m["sender_kind"] for m in meeting_before["transcript"]] == ["moderator"] + [
+        "agent"
+    ] * SPOKEN
+    assert [m["content"] for m in meeting_before["transcript"][1:]] == spoken
+    assert [(s["outcome"], s["message_id"]) for s in meeting_before["speeches"]] == [
+        ("accepted", m["id"]) for m in meeting_before["transcript"][1:]
+    ]
+    assert {m["state"] for m in members_during} == {"in-meeting"}
 
     second = HubProcess(home, database_url, log)
     async with serving(second), client(second.url, token) as op:
@@ -283,10 +373,12 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
             assert task["id"] == running[name]
             assert (task["status"], task["end_reason"]) == ("finished", "interrupted")
 
+        await check_interrupted_meeting(op, held, meeting_before)
+
         # The dead hub's pending turns are not offered again and cannot be answered.
         for member, agent in agents.items():
             assert await next_turn(agent, timeout_s=0) is None, member
-        for turn in pending:
+        for turn in [*pending, held.pending]:
             r = await agents[turn["agent_id"]].post(
                 f"/v1/turns/{turn['id']}/speak", json={"text": "too late"}
             )
@@ -337,5 +429,44 @@ async def test_kill_9_mid_discussion_and_mail_loses_and_duplicates_nothing(
         assert [m["content"] for m in replies] == [
             f"{members[k % len(members)]} resumes {k}" for k in range(len(members) * ROUNDS)
         ]
+
+        # The room meets again: everyone enters at once, as the summons found them.
+        await check_room_meets_again(op, agents, held)
         for agent in agents.values():
             await agent.aclose()
+
+
+async def check_interrupted_meeting(
+    op: httpx.AsyncClient, held: HeldMeeting, before: dict[str, Any]
+) -> None:
+    """R7: the meeting ended as interrupted, its transcript is exactly what was committed
+    before the kill plus the closing note, and its members are back where the summons found
+    them."""
+    after = await meeting_record(op, held.meeting["id"])
+    meeting = after["meeting"]
+    assert (meeting["status"], meeting["end_reason"]) == ("ended", "interrupted")
+    assert meeting["speeches"] == SPOKEN
+    transcript = after["transcript"]
+    assert [m["seq"] for m in transcript] == list(range(1, len(transcript) + 1))
+    assert len({m["id"] for m in transcript}) == len(transcript)
+    assert transcript[: len(before["transcript"])] == before["transcript"]
+    (note,) = transcript[len(before["transcript"]) :]
+    assert note["sender_kind"] == "system"
+    assert note["content"].startswith(MEETING_INTERRUPTED_NOTE)
+    assert after["speeches"] == before["speeches"]
+    assert await room_members(op, held.room_id) == held.members_before
+
+
+async def check_room_meets_again(
+    op: httpx.AsyncClient, agents: dict[str, httpx.AsyncClient], held: HeldMeeting
+) -> None:
+    r = await op.post(f"/v1/rooms/{held.room_id}/meetings", json={"topic": "Pick up again"})
+    assert r.status_code == 201, r.text
+    again = r.json()
+    assert again["present"] == MEETING and again["awaiting"] == []
+    turn = await next_turn(agents[MEETING[0]])
+    assert turn is not None and turn["channel_id"] == again["channel_id"]
+    r = await op.post("/v1/rooms/stop")
+    assert r.status_code == 200, r.text
+    assert [(m["id"], m["end_reason"]) for m in r.json()] == [(again["id"], "stopped")]
+    assert await room_members(op, held.room_id) == held.members_before

@@ -1,89 +1,304 @@
 """A fake Claude Code for ``claude -p --input-format stream-json --output-format stream-json``.
 
-It reads user frames from stdin and, for each, prints NDJSON events the way Claude Code does
-(``system``/``init``, ``assistant``, ``result``), then waits for the next frame; it exits on EOF.
-``--resume=<id>`` continues that session id. Modes (first argument):
+It prints the events Claude Code 2.1.x prints (shapes recorded from ``claude`` 2.1.197 against
+a local fake Messages API): for each user frame on stdin a ``system``/``init`` event (session
+id, tools, model), ``assistant`` messages with content blocks, and a ``result`` (subtype,
+is_error, usage, total_cost_usd, duration_ms, num_turns); then it waits for the next frame and
+exits on EOF (status 1 if the last turn was an error, like Claude Code). An ``interrupt``
+control request gets a ``control_response``, ends the running turn with an
+``error_during_execution`` result, and the process goes on.
+
+The mode is the first argument when it is not a flag, else ``$FAKE_CLAUDE_MODE``, else
+``reply``:
 
 - ``reply``: the result text is ``heard: <last line of the user text>``.
-- ``error``: the result is an error (``is_error``, subtype ``error_during_execution``).
+- ``error``: an API error the way Claude Code reports it (subtype ``success``, ``is_error``).
 - ``max-turns``: the result has subtype ``error_max_turns``.
 - ``no-result``: print init and exit 0 without a result.
-- ``hang``: print init, tell the test on 127.0.0.1:$FAKE_READY_PORT, and wait for an
-  ``interrupt`` control request; report it to the test, then end the turn as Claude Code does.
+- ``crash``: print init, write an error on stderr and exit 2 mid-turn.
+- ``slow``: print init and a partial assistant message, then wait for an interrupt on stdin or
+  for ``go`` from the test (on the report connection) to finish the turn.
+- ``deaf``: like ``slow``, but an interrupt is read and ignored.
+
+With ``$FAKE_READY_PORT`` the fake reports to 127.0.0.1:<port>: ``turn <pid> <n> <session>``
+when it starts its n-th turn (in ``slow``/``deaf`` once the partial message is out),
+``interrupted <request id>`` when it honours an interrupt. With ``$FAKE_CLAUDE_HOME`` sessions
+are files there and ``--resume=<id>`` of an unknown id fails as Claude Code does; without it
+every id is taken as known.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import sys
 import uuid
+from pathlib import Path
+from typing import Any
+
+MODEL = "claude-sonnet-4-5"
+TOOLS = ["Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "WebFetch", "TodoWrite"]
 
 
-def emit(event: dict[str, object]) -> None:
+def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
 
-def result(session_id: str, text: str, *, subtype: str = "success", error: bool = False) -> None:
-    emit(
-        {
-            "type": "result",
-            "subtype": subtype,
-            "is_error": error,
-            "duration_ms": 12,
-            "num_turns": 1,
-            "result": text,
-            "session_id": session_id,
-            "total_cost_usd": 0.0,
-            "usage": {"input_tokens": 11, "output_tokens": 5},
-        }
-    )
+def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+        "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+        "service_tier": "standard",
+    }
 
 
-def main() -> int:
-    mode = sys.argv[1]
-    session_id = str(uuid.uuid4())
-    for arg in sys.argv[2:]:
-        if arg.startswith("--resume="):
-            session_id = arg.split("=", 1)[1]
-    reporter: socket.socket | None = None
-    for raw in sys.stdin:
-        frame = json.loads(raw)
-        if frame.get("type") == "control_request":
-            if frame["request"]["subtype"] == "interrupt" and reporter is not None:
-                reporter.sendall(f"interrupted {frame['request_id']}\n".encode())
-                result(session_id, "", subtype="error_during_execution", error=True)
-            continue
-        content = frame["message"]["content"]
-        text = content if isinstance(content, str) else content[0]["text"]
-        emit({"type": "system", "subtype": "init", "session_id": session_id, "model": "fake"})
-        if mode == "no-result":
-            return 0
-        if mode == "hang":
-            reporter = socket.create_connection(("127.0.0.1", int(os.environ["FAKE_READY_PORT"])))
-            reporter.sendall(f"{os.getpid()}\n".encode())
-            continue
-        last_line = text.strip().splitlines()[-1]
+class Session:
+    """The fake's session: its id, its turn counter, and where it is kept."""
+
+    def __init__(self, session_id: str, home: Path | None) -> None:
+        self.id = session_id
+        self.home = home
+        self.turns = 0
+
+    def init(self) -> None:
+        emit(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": os.getcwd(),
+                "session_id": self.id,
+                "tools": TOOLS,
+                "mcp_servers": [],
+                "model": MODEL,
+                "permissionMode": "default",
+                "slash_commands": ["compact", "context", "review"],
+                "apiKeySource": "ANTHROPIC_API_KEY",
+                "claude_code_version": "2.1.197",
+                "output_style": "default",
+                "uuid": str(uuid.uuid4()),
+            }
+        )
+
+    def assistant(self, text: str, *, model: str = MODEL) -> None:
         emit(
             {
                 "type": "assistant",
-                "session_id": session_id,
                 "message": {
+                    "id": f"msg_{uuid.uuid4().hex[:24]}",
+                    "type": "message",
                     "role": "assistant",
-                    "model": "fake",
-                    "content": [{"type": "text", "text": f"heard: {last_line}"}],
+                    "model": model,
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage(10, 1),
                 },
+                "parent_tool_use_id": None,
+                "session_id": self.id,
+                "uuid": str(uuid.uuid4()),
             }
         )
-        if mode == "reply":
-            result(session_id, f"heard: {last_line}")
-        elif mode == "error":
-            result(session_id, "API Error: overloaded", subtype="success", error=True)
-        elif mode == "max-turns":
-            result(session_id, "", subtype="error_max_turns", error=True)
-    return 0
+
+    def result(
+        self, text: str | None, *, subtype: str = "success", error: bool = False, **more: Any
+    ) -> None:
+        event: dict[str, Any] = {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": error,
+            "api_error_status": None,
+            "duration_ms": 12,
+            "duration_api_ms": 9,
+            "num_turns": 1,
+            "result": text,
+            "stop_reason": "end_turn",
+            "session_id": self.id,
+            "total_cost_usd": 0.000125,
+            "usage": usage(11, 5),
+            "modelUsage": {},
+            "permission_denials": [],
+            "terminal_reason": "completed",
+            "uuid": str(uuid.uuid4()),
+        }
+        event.update(more)
+        if text is None:
+            del event["result"]  # error_during_execution results carry ``errors`` instead
+        emit(event)
+
+    def save(self, text: str) -> None:
+        if self.home is not None:
+            with (self.home / self.id).open("a") as f:
+                f.write(json.dumps({"user": text}) + "\n")
+
+
+class Inputs:
+    """Lines from stdin and from the test's report connection, whichever comes first."""
+
+    def __init__(self, reporter: socket.socket | None) -> None:
+        self.reporter = reporter
+        self._stdin = b""
+        self._test = b""
+
+    def report(self, line: str) -> None:
+        if self.reporter is not None:
+            self.reporter.sendall(line.encode() + b"\n")
+
+    def next(self) -> tuple[str, Any]:
+        """("frame", dict), ("go", None) or ("eof", None)."""
+        while True:
+            if b"\n" in self._stdin:
+                line, self._stdin = self._stdin.split(b"\n", 1)
+                if line.strip():
+                    return "frame", json.loads(line)
+                continue
+            if b"\n" in self._test:
+                line, self._test = self._test.split(b"\n", 1)
+                return line.decode().strip(), None
+            sources: list[Any] = [0] + ([self.reporter] if self.reporter is not None else [])
+            ready, _, _ = select.select(sources, [], [])
+            if 0 in ready:
+                data = os.read(0, 65536)
+                if not data:
+                    return "eof", None
+                self._stdin += data
+            if self.reporter is not None and self.reporter in ready:
+                self._test += self.reporter.recv(65536)
+
+
+def user_text(frame: dict[str, Any]) -> str:
+    content = frame["message"]["content"]
+    return content if isinstance(content, str) else content[-1]["text"]
+
+
+def mode_and_resume(args: list[str]) -> tuple[str, str | None]:
+    mode = os.environ.get("FAKE_CLAUDE_MODE", "reply")
+    if args and not args[0].startswith("-"):
+        mode = args[0]
+    resume = None
+    for arg in args:
+        if arg.startswith("--resume="):
+            resume = arg.split("=", 1)[1]
+    return mode, resume
+
+
+def main() -> int:
+    mode, resume = mode_and_resume(sys.argv[1:])
+    home = Path(os.environ["FAKE_CLAUDE_HOME"]) if os.environ.get("FAKE_CLAUDE_HOME") else None
+    if resume and home is not None and not (home / resume).exists():
+        # What Claude Code 2.1 does with an id it has no transcript for, before reading stdin.
+        missing = f"No conversation found with session ID: {resume}"
+        Session(resume, None).result(
+            None,
+            subtype="error_during_execution",
+            error=True,
+            duration_ms=0,
+            num_turns=0,
+            stop_reason=None,
+            errors=[missing],
+        )
+        sys.stderr.write(missing + "\n")
+        return 1
+    session = Session(resume or str(uuid.uuid4()), home)
+    port = os.environ.get("FAKE_READY_PORT")
+    inputs = Inputs(socket.create_connection(("127.0.0.1", int(port))) if port else None)
+    failed = False
+    while True:
+        kind, frame = inputs.next()
+        if kind == "eof":
+            return 1 if failed else 0
+        if kind != "frame":
+            continue
+        if frame.get("type") == "control_request":
+            # Between turns there is nothing to stop: Claude Code acknowledges and waits.
+            emit(control_response(frame))
+            continue
+        failed = take_turn(mode, session, inputs, user_text(frame))
+
+
+def control_response(frame: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": frame["request_id"]},
+    }
+
+
+def take_turn(mode: str, session: Session, inputs: Inputs, text: str) -> bool:
+    """Answer one user message; whether the turn ended as an error."""
+    session.turns += 1
+    session.save(text)
+    session.init()
+    last_line = text.strip().splitlines()[-1]
+    if mode == "no-result":
+        sys.exit(0)
+    if mode == "crash":
+        sys.stderr.write("fatal: the session store is corrupt\n")
+        sys.exit(2)
+    if mode in ("slow", "deaf"):
+        session.assistant("Let me think about")
+        inputs.report(f"turn {os.getpid()} {session.turns} {session.id}")
+        return wait_in_turn(mode, session, inputs, last_line)
+    inputs.report(f"turn {os.getpid()} {session.turns} {session.id}")
+    if mode == "error":
+        session.assistant("API Error: 529 overloaded", model="<synthetic>")
+        session.result(
+            "API Error: 529 overloaded",
+            error=True,
+            api_error_status=529,
+            stop_reason="stop_sequence",
+        )
+        return True
+    if mode == "max-turns":
+        session.result("", subtype="error_max_turns", error=True)
+        return True
+    session.assistant(f"heard: {last_line}")
+    session.result(f"heard: {last_line}")
+    return False
+
+
+def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) -> bool:
+    while True:
+        kind, frame = inputs.next()
+        if kind == "eof":
+            sys.exit(1)
+        if kind == "go":
+            session.assistant(f"heard: {last_line}")
+            session.result(f"heard: {last_line}")
+            return False
+        if kind != "frame" or frame.get("type") != "control_request":
+            continue  # a user frame sent mid-turn would be queued; the tests send none
+        if mode == "deaf":
+            continue
+        emit(control_response(frame))
+        inputs.report(f"interrupted {frame['request_id']}")
+        emit(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "[Request interrupted by user]"}],
+                },
+                "parent_tool_use_id": None,
+                "session_id": session.id,
+                "uuid": str(uuid.uuid4()),
+            }
+        )
+        session.result(
+            None,
+            subtype="error_during_execution",
+            error=True,
+            num_turns=2,
+            stop_reason=None,
+            terminal_reason="aborted_streaming",
+            usage=usage(0, 0),
+            errors=["[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"],
+        )
+        return True
 
 
 if __name__ == "__main__":

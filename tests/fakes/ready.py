@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 
@@ -29,8 +30,18 @@ class ReadyListener:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
-        while line := await reader.readline():
-            await self.lines.put(line.decode().strip())
+        with contextlib.suppress(ConnectionError):  # a killed process resets its connection
+            while line := await reader.readline():
+                await self.lines.put(line.decode().strip())
+        # The process has gone: a later ``tell`` is for the ones still connected.
+        self._writers.remove(writer)
+        writer.close()
+
+    async def tell(self, line: str) -> None:
+        """Send ``line`` to every connected fake process (a barrier it waits on)."""
+        for writer in self._writers:
+            writer.write(line.encode() + b"\n")
+            await writer.drain()
 
     async def next_line(self, *, unless: asyncio.Future[Any] | None = None) -> str:
         """The next reported line; fails if ``unless`` finishes first (the process is gone)."""

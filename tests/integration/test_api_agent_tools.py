@@ -17,7 +17,7 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
 from parley.service.tools.toolbox import NOT_IN_A_TURN
-from parley.surfaces.mcp import build_mcp
+from parley.surfaces.mcp import PROFILES, build_mcp
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.model_server import FakeCall, FakeModelServer, FakeReply
@@ -151,7 +151,8 @@ async def test_the_model_is_offered_the_mcp_tools_with_the_same_definitions(
     await wake(hub, operator, alice, "Look around.")
 
     offered = model.requests[0]["tools"]
-    listed = {t.name: t for t in await build_mcp(hub).list_tools()}
+    # Every tool of every profile: some (the worker tools) are in a profile of their own.
+    listed = {t.name: t for p in PROFILES for t in await build_mcp(hub, p).list_tools()}
     expected = [name for name in listed if name not in NOT_IN_A_TURN] + ["write_file"]
     assert tool_names(kind, model.requests[0]) == expected
     for tool in offered:

@@ -46,6 +46,7 @@ STREAMS = {
     "GET /v1/agents/{owner}/inbox/stream",
     "GET /v1/events/stream",
     "GET /v1/rooms/meetings/{meeting_id}/stream",
+    "GET /v1/workers/{worker_id}/stream",
 }
 # Long polls are sent with ``timeout_s=0`` whenever the case asks for a real wait, so each
 # answers at once; out-of-range timeouts still reach the app and must be refused.

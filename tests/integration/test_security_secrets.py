@@ -26,6 +26,7 @@ from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
 from parley.service.rooms import RoomSpec
+from parley.service.workers import ResultSpec, SpawnSpec, StartSpec
 from parley.surfaces.logs import install_redaction
 from parley.surfaces.rest.app import create_app
 from tests.conftest import AgentHandle, MakeAgent
@@ -40,6 +41,7 @@ STREAM_ROUTES = {
     "/v1/channels/{channel_id}/stream",
     "/v1/events/stream",
     "/v1/rooms/meetings/{meeting_id}/stream",
+    "/v1/workers/{worker_id}/stream",
 }
 # MCP tools that only read; the others change state and are exercised elsewhere. A new tool
 # must be put in one of the two sets, so that a reading tool cannot slip past this test.
@@ -53,6 +55,10 @@ READ_TOOLS = {
     "read_channel",
     "list_invitations",
     "wait_for_turn",
+    "meeting_status",
+    "topology",
+    "worker_status",
+    "read_artifact",
 }
 WRITE_TOOLS = {
     "send_message",
@@ -65,6 +71,17 @@ WRITE_TOOLS = {
     "decline_invitation",
     "speak",
     "no_reply",
+    "join_room",
+    "leave_room",
+    "convene",
+    "stop_meeting",
+    "post_brief",
+    "mark_done",
+    "spawn_child",
+    "report_result",
+    "cancel_worker",
+    "takeover",
+    "heartbeat",
 }
 
 
@@ -176,6 +193,33 @@ async def meet(hub: Hub, operator: Principal, observer: AgentHandle) -> tuple[st
     return room.id, meeting.id
 
 
+async def delegate(hub: Hub, operator: Principal, observer: AgentHandle) -> dict[str, list[str]]:
+    """Workers of the observer with children run by the failing agents: each child fails with
+    its agent's secret in the provider's error, and its failed task-result goes to the
+    observer's session. One more child reports a summary over the budget (an artifact)."""
+    root = await hub.workers.start(operator, StartSpec(agent_id=observer.id, prompt="lead"))
+    children = [
+        await hub.workers.spawn(operator, root.id, SpawnSpec(prompt="review", agent_id=victim))
+        for victim in ("victim-http", "victim-cmd")
+    ]
+    await hub.tasks.wait_idle()
+    for child in children:
+        failed = await hub.workers.get(operator, child.id)
+        assert failed.state == "failed" and failed.result is not None, failed
+        # The provider's error travels to the parent, with the secret it echoed scrubbed.
+        assert failed.result.error is not None and "***" in failed.result.error
+    writer = await hub.workers.spawn(operator, root.id, SpawnSpec(prompt="write it all"))
+    summary = "long " * (hub.settings.worker_result_budget_tokens * 2)
+    done = await hub.workers.report_result(operator, writer.id, ResultSpec(summary=summary))
+    assert done.result is not None and done.result.artifact_id is not None
+    workers = [root, *children, writer]
+    return {
+        "worker_id": [w.id for w in workers],
+        "session_id": [w.session_id for w in workers],
+        "artifact_id": [done.result.artifact_id],
+    }
+
+
 def path_values(ids: dict[str, list[str]], template: str) -> list[str]:
     """Every way to fill ``template``'s path parameters with the hub's real ids."""
     names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
@@ -225,6 +269,30 @@ async def sse_events(
         return 200, "\n".join(raw), events
 
 
+async def read_workers(
+    url: str, rest: httpx.AsyncClient, token: str, ids: dict[str, list[str]], secrets: Secrets
+) -> None:
+    """The observer's worker streams and reading worker tools (the ``workers`` profile)."""
+    for worker_id in ids["worker_id"]:
+        status, text, _ = await sse_events(
+            rest, f"/v1/workers/{worker_id}/stream", lambda events: len(events) > 0
+        )
+        assert status == 200, text
+        secrets.assert_absent(text, f"the stream of worker {worker_id}")
+    async with http_client(f"{url}/mcp?profile=workers", token) as mcp:
+        tools = {tool.name for tool in (await mcp.list_tools()).tools}
+        assert tools <= READ_TOOLS | WRITE_TOOLS, tools - READ_TOOLS - WRITE_TOOLS
+        calls: list[tuple[str, dict[str, Any]]] = [("worker_status", {}), ("check_inbox", {})]
+        calls += [("worker_status", {"worker_id": w}) for w in ids["worker_id"]]
+        calls += [("topology", {"session_id": s}) for s in ids["session_id"]]
+        calls += [("read_artifact", {"artifact_id": a}) for a in ids["artifact_id"]]
+        for name, arguments in calls:
+            result = await mcp.call_tool(name, arguments)
+            assert not result.is_error, (name, arguments, result.content)
+            text = json.dumps([c.model_dump(mode="json") for c in result.content])
+            secrets.assert_absent(text, f"MCP {name}({arguments})")
+
+
 async def test_a_runtime_secret_reaches_no_other_agent(
     hub: Hub,
     operator: Principal,
@@ -242,6 +310,7 @@ async def test_a_runtime_secret_reaches_no_other_agent(
     channel_ids = await fail_turns(hub, operator, observer)
     assert provider.requests, "the openai agent never called its provider"
     room_id, meeting_id = await meet(hub, operator, observer)
+    worker_ids = await delegate(hub, operator, observer)
     note = await send(hub, operator, observer.id, "notice", subject="last", body="end of test")
 
     async with hub.store.read() as tx:
@@ -256,6 +325,7 @@ async def test_a_runtime_secret_reaches_no_other_agent(
         "task_id": tasks,
         "room_id": [room_id],
         "meeting_id": [meeting_id],
+        **worker_ids,
     }
 
     app = create_app(hub=hub)
@@ -284,6 +354,11 @@ async def test_a_runtime_secret_reaches_no_other_agent(
                 "/v1/tasks/{task_id}/invocations",
                 "/v1/rooms/meetings/{meeting_id}/speeches",
                 "/v1/rooms/meetings/{meeting_id}/minutes",
+                "/v1/workers",
+                "/v1/workers/{worker_id}",
+                "/v1/workers/{worker_id}/tree",
+                "/v1/sessions/{session_id}/topology",
+                "/v1/artifacts/{artifact_id}",
             ):
                 assert template in answered, template
 
@@ -328,6 +403,7 @@ async def test_a_runtime_secret_reaches_no_other_agent(
             )
             assert status == 200, text
             secrets.assert_absent(text, "a meeting's stream")
+            await read_workers(url, rest, observer.token, ids, secrets)
 
         # Every reading MCP tool, with every id it takes.
         async with http_client(f"{url}/mcp", observer.token) as mcp:
@@ -340,6 +416,8 @@ async def test_a_runtime_secret_reaches_no_other_agent(
                 ("list_channels", {}),
                 ("list_invitations", {}),
                 ("wait_for_turn", {"timeout_s": 0}),
+                ("meeting_status", {"recent": 20}),
+                ("meeting_status", {"meeting_id": meeting_id, "recent": 20}),
             ]
             calls += [("read_message", {"id": m}) for m in messages]
             calls += [("thread", {"id": m}) for m in messages]

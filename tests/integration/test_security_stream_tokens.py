@@ -14,6 +14,7 @@ from parley.core.identity import Principal
 from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
+from parley.service.workers import StartSpec
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.rest.deps import STREAM_ROUTES
 from parley.testing import StaticRuntimes
@@ -53,12 +54,14 @@ async def test_each_event_stream_takes_a_query_token(
     room = await room_with(hub, operator, ["m1", "m2"])
     meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
     await hub.meetings.wait_idle()
+    worker = await hub.workers.start(operator, StartSpec(agent_id="bob", prompt="index it"))
     assert hub.operator_token is not None
     paths = {
         "/v1/agents/{owner}/inbox/stream": "/v1/agents/bob/inbox/stream",
         "/v1/channels/{channel_id}/stream": f"/v1/channels/{channel.id}/stream",
         "/v1/events/stream": "/v1/events/stream",
         "/v1/rooms/meetings/{meeting_id}/stream": f"/v1/rooms/meetings/{meeting.id}/stream",
+        "/v1/workers/{worker_id}/stream": f"/v1/workers/{worker.id}/stream",
     }
     assert set(paths) == STREAM_ROUTES
     async with serving(create_app(hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:

@@ -89,11 +89,44 @@ GET /v1/turns/next
 POST /v1/turns/{turn_id}/no_reply
 POST /v1/turns/{turn_id}/speak
 GET /v1/whoami
+GET /v1/workers
+POST /v1/workers
+GET /v1/workers/{worker_id}
+POST /v1/workers/{worker_id}/cancel
+POST /v1/workers/{worker_id}/heartbeat
+POST /v1/workers/{worker_id}/release
+POST /v1/workers/{worker_id}/result
+POST /v1/workers/{worker_id}/resume
+POST /v1/workers/{worker_id}/spawn
+GET /v1/workers/{worker_id}/stream
+POST /v1/workers/{worker_id}/takeover
+GET /v1/workers/{worker_id}/tree
+GET /v1/sessions/{session_id}/topology
+GET /v1/artifacts/{artifact_id}
 """
 
 DISCUSS = ("list_channels", "read_channel", "post", "create_private_channel", "discuss_callback")
 INVITATIONS = ("invite_to_channel", "list_invitations", "accept_invitation", "decline_invitation")
 TURNS = ("wait_for_turn", "speak", "no_reply")
+ROOMS = (
+    "join_room",
+    "leave_room",
+    "convene",
+    "meeting_status",
+    "stop_meeting",
+    "post_brief",
+    "mark_done",
+)
+WORKERS = (
+    "spawn_child",
+    "report_result",
+    "cancel_worker",
+    "takeover",
+    "topology",
+    "worker_status",
+    "heartbeat",
+    "read_artifact",
+)
 MAIL = (
     "whoami",
     "send_message",
@@ -115,9 +148,11 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
 
 def test_mcp_tool_profiles_are_pinned() -> None:
     expected = {
-        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS),
+        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS, *ROOMS),
         "mail": MAIL,
         "discuss": ("whoami", *DISCUSS, *INVITATIONS, *TURNS, "wait_for_mail"),
+        "rooms": ("whoami", *ROOMS, *TURNS, "wait_for_mail"),
+        "workers": ("whoami", *WORKERS, "wait_for_turn", "speak", "check_inbox", "wait_for_mail"),
     }
     assert dict(PROFILES) == expected
 
@@ -134,3 +169,9 @@ def test_runtime_secrets_are_redacted_but_not_their_neighbours() -> None:
 
     assert all(is_secret_name(k) for k in ("api_key", "token", "client_secret", "password", "key"))
     assert not any(is_secret_name(k) for k in ("max_tokens", "api_key_env", "model", "base_url"))
+
+
+def test_agent_connect_offers_every_mcp_profile() -> None:
+    from parley.surfaces.cli import connect
+
+    assert set(connect.PROFILES) == set(PROFILES)

@@ -6,14 +6,19 @@ import json
 
 import pytest
 
-from parley.adapters.runtimes.command import (
+from parley.adapters.runtimes.claude_code import (
     CLAUDE_SESSION_KEY,
-    CODEX_THREAD_KEY,
     claude_code_argv,
     claude_interrupt_frame,
     claude_user_frame,
-    codex_argv,
+    is_stale_session,
     parse_claude_stream,
+)
+from parley.adapters.runtimes.codex import (
+    CODEX_THREAD_KEY,
+    codex_argv,
+    is_stale_thread,
+    needs_login_check,
     parse_codex_stream,
 )
 from parley.core.errors import RuntimeFailure
@@ -141,25 +146,63 @@ def test_parse_claude_stream_accepts_bytes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("result", "reason", "stop_reason"),
+    ("result", "reason", "stop_reason", "message"),
     [
-        (claude_result(is_error=True, result="API Error: 529 overloaded"), "error", "success"),
+        (
+            # How Claude Code 2.1 reports an API error: subtype "success" with is_error.
+            claude_result(
+                is_error=True,
+                api_error_status=400,
+                result="API Error: 400 scripted bad request",
+                stop_reason="stop_sequence",
+            ),
+            "error",
+            "success",
+            "Claude Code reported an error: API Error: 400 scripted bad request",
+        ),
         (
             claude_result(subtype="error_during_execution", is_error=True),
             "error",
             "error_during_execution",
+            "Claude Code reported an error ('error_during_execution')",
         ),
-        (claude_result(subtype="error_max_turns", is_error=True), "stop_reason", "error_max_turns"),
+        (
+            claude_result(subtype="error_max_turns", is_error=True),
+            "stop_reason",
+            "error_max_turns",
+            "Claude Code stopped before finishing the turn ('error_max_turns')",
+        ),
     ],
 )
 def test_parse_claude_stream_error_results_are_failures(
-    result: str, reason: str, stop_reason: str
+    result: str, reason: str, stop_reason: str, message: str
 ) -> None:
     with pytest.raises(RuntimeFailure) as caught:
         parse_claude_stream([*CLAUDE_LINES[:3], result])
     assert caught.value.reason == reason
     assert caught.value.stop_reason == stop_reason
     assert caught.value.details["session_id"] == SESSION
+    assert caught.value.message.startswith(message)
+    assert "ended its turn with 'success'" not in caught.value.message
+    assert not is_stale_session(caught.value)
+
+
+def test_an_unknown_resume_id_is_recognised() -> None:
+    # What `claude ... --resume=<unknown id>` 2.1.197 prints before exiting with status 1.
+    missing = f"No conversation found with session ID: {SESSION}"
+    event = json.loads(
+        claude_result(
+            subtype="error_during_execution", is_error=True, num_turns=0, errors=[missing]
+        )
+    )
+    del event["result"]  # such results carry ``errors`` instead
+    with pytest.raises(RuntimeFailure) as caught:
+        parse_claude_stream([json.dumps(event)])
+    assert caught.value.details["stale_session"] is True
+    assert is_stale_session(caught.value)
+    assert missing in caught.value.message
+    # Seen only on stderr, it counts too.
+    assert is_stale_session(RuntimeFailure("exit 1", stderr_tail=missing + "\n"))
 
 
 def test_parse_claude_stream_without_a_result_is_a_failure() -> None:
@@ -260,6 +303,47 @@ def test_parse_codex_stream_failures() -> None:
     failed = '{"type":"turn.failed","error":{"message":"stream disconnected"}}'
     with pytest.raises(RuntimeFailure) as caught:
         parse_codex_stream([*CODEX_LINES[:3], failed])
-    assert "stream disconnected" in caught.value.message
-    with pytest.raises(RuntimeFailure):
+    assert "Codex failed the turn: stream disconnected" in caught.value.message
+    with pytest.raises(RuntimeFailure) as caught:
         parse_codex_stream(CODEX_LINES[:3])
+    assert "without turn.completed" in caught.value.message
+
+
+# What codex-cli 0.171.0 prints when its stream drops once and the retry completes the turn.
+RECONNECTED = [
+    '{"type":"thread.started","thread_id":"01a22f80-64b4-7140-a2eb-300af40689e7"}',
+    '{"type":"turn.started"}',
+    '{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion: '
+    'stream closed before response.completed)"}',
+    '{"type":"item.completed","item":{"id":"item_0","type":"agent_message",'
+    '"text":"Fake codex reply."}}',
+    '{"type":"turn.completed","usage":{"input_tokens":42,"cached_input_tokens":0,'
+    '"cache_write_input_tokens":0,"output_tokens":7,"reasoning_output_tokens":0}}',
+]
+
+
+def test_codex_errors_before_turn_completed_are_retries_not_failures() -> None:
+    reply = parse_codex_stream(RECONNECTED)
+    assert reply.text == "Fake codex reply."
+    assert reply.usage == Usage(input_tokens=42, output_tokens=7)
+    assert reply.timings == {"reconnects": 1.0}
+
+
+def test_codex_errors_without_turn_completed_are_a_failure() -> None:
+    with pytest.raises(RuntimeFailure) as caught:
+        parse_codex_stream(RECONNECTED[:3])
+    assert "its last error: Reconnecting... 1/5" in caught.value.message
+
+
+def test_codex_stale_thread_and_login_rules() -> None:
+    # codex-cli 0.171.0 on `codex exec resume <unknown id> -`: no events, exit 1, this stderr.
+    assert is_stale_thread(
+        "Error: thread/resume: thread/resume failed: no rollout found for thread id "
+        "0199a213-81c0-7800-8aa1-bbab2a035a53 (code -32600)"
+    )
+    assert not is_stale_thread("Error: unexpected status 401 Unauthorized")
+    assert needs_login_check({}, [])
+    assert not needs_login_check({"CODEX_API_KEY": "sk-1"}, [])
+    assert not needs_login_check({"OPENAI_API_KEY": "sk-1"}, [])
+    assert not needs_login_check({}, ["-c", "model_provider=ollama"])
+    assert needs_login_check({"CODEX_API_KEY": ""}, ["-c", "model_providers.x.name=x"])

@@ -1,11 +1,11 @@
-"""The command runtime against fake executables: text protocol, Claude Code stream-json, and
-the process-group cleanup on timeout and cancel."""
+"""The command runtime against fake executables: text protocol, Claude Code stream-json one
+process per turn (``keep_alive: false``), config rules, and the process-group cleanup on timeout
+and cancel. The kept-alive Claude Code process and Codex have their own test modules."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from parley.adapters.runtimes.command import CLAUDE_SESSION_KEY, CommandRuntime
 from parley.adapters.runtimes.factory import build_runtime
 from parley.core.errors import ConfigError, InvalidRequest, RuntimeFailure
 from parley.core.runtime import Usage
+from tests.fakes.processes import wait_gone
 from tests.fakes.ready import ReadyListener
 from tests.fakes.turns import PROMPT, make_turn
 
@@ -34,22 +35,6 @@ def command(argv: list[str], **options: Any) -> CommandRuntime:
 async def ready() -> AsyncIterator[ReadyListener]:
     async with ReadyListener() as listener:
         yield listener
-
-
-def is_gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie waiting for its new parent to reap it counts)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-async def wait_gone(*pids: int) -> None:
-    deadline = time.monotonic() + 10
-    while not all(is_gone(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if not is_gone(p)]}"
-        await asyncio.sleep(0.02)
 
 
 async def test_text_protocol_sends_the_rendered_prompt_and_reads_stdout() -> None:
@@ -73,6 +58,7 @@ async def test_a_nonzero_exit_is_a_failure_with_the_stderr_tail() -> None:
     assert failure.reason == "error"
     assert failure.details["exit_code"] == 3
     assert "the model is on fire" in failure.details["stderr_tail"]
+    assert "exit status 3" in failure.message
     assert "the model is on fire" in failure.message
 
 
@@ -115,8 +101,14 @@ async def test_cancel_kills_a_group_that_ignores_sigterm(ready: ReadyListener) -
     await wait_gone(child, grandchild)
 
 
+def one_shot_claude(mode: str, **options: Any) -> CommandRuntime:
+    """Claude Code with a process per turn (``keep_alive: false``)."""
+    return command([*CLAUDE, mode], protocol="claude-stream-json", keep_alive=False, **options)
+
+
 async def test_claude_stream_json_reply_session_and_resume() -> None:
-    runtime = command([*CLAUDE, "reply"], protocol="claude-stream-json")
+    runtime = one_shot_claude("reply")
+    assert runtime.sessions is None
     first = await runtime.respond(make_turn())
     assert first.text == f"heard: {PROMPT.render().strip().splitlines()[-1]}"
     assert first.usage == Usage(input_tokens=11, output_tokens=5)
@@ -125,41 +117,67 @@ async def test_claude_stream_json_reply_session_and_resume() -> None:
     # The next turn passes the session back; the fake only keeps it if --resume=<id> was given.
     second = await runtime.respond(make_turn(runtime_state=first.runtime_state))
     assert second.runtime_state == {CLAUDE_SESSION_KEY: session}
+    assert "resumed_fresh" not in second.timings
     fresh = await runtime.respond(make_turn())
     assert fresh.runtime_state != {CLAUDE_SESSION_KEY: session}
 
 
+async def test_claude_one_shot_drops_a_stale_session_and_says_so(tmp_path: Path) -> None:
+    runtime = one_shot_claude("reply", env={"FAKE_CLAUDE_HOME": str(tmp_path)})
+    stale = {CLAUDE_SESSION_KEY: "6f0c3b7e-0000-4000-8000-000000000000"}
+    result = await runtime.respond(make_turn(runtime_state=stale))
+    assert result.text.startswith("heard:")
+    assert result.timings["resumed_fresh"] == 1.0
+    assert result.runtime_state is not None
+    fresh = result.runtime_state[CLAUDE_SESSION_KEY]
+    assert fresh != stale[CLAUDE_SESSION_KEY]
+    # The fresh session is a real one: the next turn resumes it without starting over.
+    again = await runtime.respond(make_turn(runtime_state=result.runtime_state))
+    assert again.runtime_state == {CLAUDE_SESSION_KEY: fresh}
+    assert "resumed_fresh" not in again.timings
+
+
 @pytest.mark.parametrize(
-    ("mode", "reason", "stop_reason"),
+    ("mode", "reason", "stop_reason", "said"),
     [
-        ("error", "error", "success"),
-        ("max-turns", "stop_reason", "error_max_turns"),
-        ("no-result", "error", None),
+        ("error", "error", "success", "Claude Code reported an error: API Error: 529 overloaded"),
+        ("max-turns", "stop_reason", "error_max_turns", "stopped before finishing the turn"),
+        ("no-result", "error", None, "without a result event"),
     ],
 )
-async def test_claude_errors_are_failures(mode: str, reason: str, stop_reason: str | None) -> None:
-    runtime = command([*CLAUDE, mode], protocol="claude-stream-json")
+async def test_claude_errors_are_failures(
+    mode: str, reason: str, stop_reason: str | None, said: str
+) -> None:
     with pytest.raises(RuntimeFailure) as caught:
-        await runtime.respond(make_turn())
+        await one_shot_claude(mode).respond(make_turn())
     assert caught.value.reason == reason
     assert caught.value.stop_reason == stop_reason
+    assert said in caught.value.message
+    assert "'success'" not in caught.value.message
+
+
+async def test_claude_one_shot_failure_keeps_the_exit_code_and_stderr() -> None:
+    with pytest.raises(RuntimeFailure) as caught:
+        await one_shot_claude("crash").respond(make_turn())
+    failure = caught.value
+    assert failure.details["exit_code"] == 2
+    assert "the session store is corrupt" in failure.details["stderr_tail"]
+    assert "exit status 2" in failure.message
+    assert "the session store is corrupt" in failure.message
 
 
 async def test_claude_cancel_sends_an_interrupt_first(ready: ReadyListener) -> None:
-    runtime = command(
-        [*CLAUDE, "hang"],
-        protocol="claude-stream-json",
-        env={"FAKE_READY_PORT": str(ready.port)},
-    )
+    runtime = one_shot_claude("slow", env={"FAKE_READY_PORT": str(ready.port)})
     cancel = asyncio.Event()
     turn = make_turn(cancel=cancel)
     call = asyncio.create_task(runtime.respond(turn))
-    pid = int(await ready.next_line(unless=call))
+    pid = int((await ready.next_line(unless=call)).split()[1])
     cancel.set()
     with pytest.raises(RuntimeFailure) as caught:
         await call
     assert caught.value.reason == "cancelled"
     assert await ready.next_line() == f"interrupted parley-{turn.invocation_id}"
+    # One process per turn: it is gone with its turn.
     await wait_gone(pid)
 
 
@@ -167,7 +185,11 @@ def test_real_claude_and_codex_are_blocked_in_tests() -> None:
     for config in (
         {"kind": "command", "preset": "claude-code"},
         {"kind": "command", "preset": "codex"},
+        {"kind": "command", "preset": "claude-code", "executable": "/opt/tools/claude"},
         {"kind": "command", "argv": ["/usr/local/bin/claude", "-p"]},
+        # What the npm packages install behind their links.
+        {"kind": "command", "argv": ["/x/node_modules/@anthropic-ai/claude-code/bin/claude.exe"]},
+        {"kind": "command", "preset": "codex", "executable": "/x/@openai/codex/bin/codex.js"},
     ):
         with pytest.raises(ConfigError) as caught:
             build_runtime(config)
@@ -181,6 +203,11 @@ def test_real_claude_and_codex_are_blocked_in_tests() -> None:
         ({"kind": "command", "argv": []}, "must name the program"),
         ({"kind": "command", "argv": ["x"], "protocol": "smoke-signals"}, "protocol"),
         ({"kind": "command", "argv": ["x"], "timeout_s": -1}, "timeout_s"),
+        ({"kind": "command", "argv": ["x"], "executable": "y"}, "argv[0]"),
+        ({"kind": "command", "preset": "codex", "executable": ""}, "'executable'"),
+        ({"kind": "command", "argv": ["x"], "keep_alive": True}, "claude-stream-json"),
+        ({"kind": "command", "preset": "codex", "keep_alive": True}, "claude-stream-json"),
+        ({"kind": "command", "preset": "claude-code", "idle_s": 0}, "idle_s"),
     ],
 )
 def test_bad_command_configs_are_refused_clearly(config: dict[str, Any], complaint: str) -> None:

@@ -95,6 +95,10 @@ class LogicalSession(BaseModel):
     runtime_state: dict[str, Any] = Field(default_factory=dict)
     model_override: str | None = None
     created: datetime
+    # A child session (W3) points back at its parent's session and the worker that spawned it.
+    parent_logical_id: str | None = None
+    spawned_by_worker_id: str | None = None
+    spawn_purpose: str | None = None
 
 
 class Task(BaseModel):

@@ -213,6 +213,17 @@ def validate_minutes(
 # -- prompts --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SpeakerSources:
+    """What a speaker's prompt reads from the store: the meeting channel's members (humans
+    included), sender and content of its latest work-channel messages in channel order, and
+    kind, subject and body of its first open mails in inbox order."""
+
+    channel_members: list[str]
+    work: list[tuple[str, str]]
+    mail: list[tuple[str, str, str]]
+
+
 def project_context(
     transcript: Sequence[tuple[str, str]], mail: Sequence[tuple[str, str]], max_chars: int
 ) -> str:

@@ -19,6 +19,8 @@ from pydantic import BaseModel
 from parley.core.channels import Channel, ChannelMessage, LogicalSession
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, MailSummary, Message
+from parley.core.meetings import SpeakerSources
+from parley.core.rooms import Meeting
 from parley.core.runtime import Turn, TurnResult
 
 T = TypeVar("T")
@@ -119,6 +121,21 @@ class Tx(Protocol):
         ...
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None: ...
+
+    async def speaker_sources(
+        self, meeting_channel_id: str, agent_id: str, work_channel_id: str | None, latest: int
+    ) -> SpeakerSources:
+        """The meeting channel's members and, of the agent's own context, at most ``latest``
+        work-channel messages (the newest) and open mails (the first by ``seq``), in one read
+        of only the columns a speaker's projection quotes."""
+        ...
+
+    async def count_meeting_turn(
+        self, meeting_id: str, *, spoke: bool, round_number: int
+    ) -> Meeting | None:
+        """Count one ended turn of a meeting (and its speech when ``spoke``) under the row's lock
+        and give back the row as it stands after; None if there is no such meeting."""
+        ...
 
 
 class Store(Protocol):

@@ -28,6 +28,7 @@ from parley.service.rooms import Rooms
 from parley.service.tasks import TaskRunner
 from parley.service.tools.toolbox import TurnToolBoxes
 from parley.service.turns import RemoteRuntime, Turns
+from parley.service.workers import Workers
 
 log = logging.getLogger("parley.hub")
 
@@ -45,7 +46,8 @@ class _NoRuntimes:
 
 class Hub:
     """Everything a surface needs: ``identity``, ``mail``, ``channels``, ``tasks``,
-    ``discussions``, ``invitations``, ``turns`` — one instance per process."""
+    ``discussions``, ``invitations``, ``turns``, ``rooms``, ``meetings``, ``workers`` — one
+    instance per process."""
 
     def __init__(
         self,
@@ -98,6 +100,9 @@ class Hub:
             self.id,
         )
         self.pulse = Pulse(self.ctx, self.identity, self.mail, self.rooms, self.meetings)
+        self.workers = Workers(
+            self.ctx, self.identity, self.channels, self.tasks, self.mail, self.id
+        )
         # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
         self.tasks.on_finished.append(self.meetings.on_task_finished)
         self._background: list[asyncio.Task[None]] = []
@@ -185,9 +190,12 @@ class Hub:
         self.operator_token = await self.identity.bootstrap_operator()
         await self.tasks.recover()
         await self.meetings.recover()
+        await self.workers.recover()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
             self._every(self.settings.stale_sweep_s, self.discussions.remind_stale, "stale")
+            if self.settings.worker_health_sweep_s > 0:
+                self._every(self.settings.worker_health_sweep_s, self.workers.sweep_stale, "health")
             if self.settings.room_pulse_s > 0:
                 self._every(self.settings.room_pulse_s, self.pulse.pulse_all, "pulse")
         self.started = True

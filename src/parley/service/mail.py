@@ -179,9 +179,15 @@ class Mail:
         body: str = "",
         payload: dict[str, Any] | None = None,
         ttl_seconds: int = m.DEFAULT_TTL_SECONDS,
+        *,
+        session_id: str | None = None,
+        from_id: str = "system",
+        correlation_id: str | None = None,
     ) -> Message:
-        """Mail from the hub itself (turn notices, wake notices) inside an open transaction. It
-        has no quota, but the same size limits as anyone's mail: its texts are small."""
+        """Mail from the hub itself (turn notices, wake notices, a worker's task-dispatch and
+        task-result) inside an open transaction. It has no quota, but the same size limits as
+        anyone's mail: its texts are small. With ``session_id`` it is addressed to that session
+        of the recipient (M5); ``from_id`` names the worker or principal it speaks for."""
         check_size(
             json_bytes({"subject": subject, "body": body, "payload": payload or {}}),
             self.ctx.settings.message_max_bytes,
@@ -193,23 +199,25 @@ class Mail:
             created=self.ctx.clock.now(),
             ttl_seconds=ttl_seconds,
             from_kind="system",
-            from_id="system",
-            to_kind="agent",
-            to_id=recipient_id,
+            from_id=from_id,
+            to_kind="session" if session_id else "agent",
+            to_id=session_id or recipient_id,
             recipient_id=recipient_id,
             kind=kind,
             subject=subject,
             body=body,
             payload=payload or {},
+            correlation_id=correlation_id,
             seq=await tx.next_inbox_seq(recipient_id),
         )
         self._deliver(tx, msg)
+        to = f"session:{session_id}" if session_id else f"agent:{recipient_id}"
         self.ctx.events.record(
             tx,
             "mail.sent",
             actor="system",
             subject=f"message:{msg.id}",
-            payload={"kind": kind, "to": f"agent:{recipient_id}", "recipients": [recipient_id]},
+            payload={"kind": kind, "to": to, "recipients": [recipient_id]},
         )
         return msg
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from parley.core import discussion as d
 from parley.core import meetings as mt
@@ -16,7 +17,6 @@ from parley.core.errors import RuntimeFailure
 from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_ulid
 from parley.core.limits import text_problem
-from parley.core.mail import OPEN_STATUSES, InboxFilter
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Meeting, Minutes, Room, Speech, SpeechOutcome
@@ -72,9 +72,37 @@ def meeting_turn(
     )
 
 
-def entries(window: Sequence[ChannelMessage]) -> tuple[TranscriptEntry, ...]:
-    names = {MODERATOR_ID: "moderator", "system": "system"}
-    return tuple(d.transcript_entry(m, names) for m in window)
+_NAMES = {MODERATOR_ID: "moderator", "system": "system"}
+
+
+def entries(
+    window: Sequence[ChannelMessage], rendered: dict[str, TranscriptEntry] | None = None
+) -> tuple[TranscriptEntry, ...]:
+    """The quoted transcript of a meeting prompt: the window's messages, each capped, the
+    oldest left out once the whole would pass the transcript budget, as in a discussion (128
+    long speeches and interjections would outgrow a model's context). ``rendered`` keeps the
+    entries across the prompts of one meeting, so each message is rendered and measured once."""
+    cache = {} if rendered is None else rendered
+    if len(cache) > 2 * TRANSCRIPT_WINDOW:
+        keep = {m.id for m in window}
+        for key in [key for key in cache if key not in keep]:
+            del cache[key]
+    quoted: list[TranscriptEntry] = []
+    for m in window:
+        entry = cache.get(m.id)
+        if entry is None:
+            entry = cache[m.id] = d.transcript_entry(m, _NAMES)
+        quoted.append(entry)
+    return tuple(quoted[len(quoted) - d.window_size(quoted) :])
+
+
+@dataclass(frozen=True)
+class SpeakerContext:
+    """What a speaker's prompt needs from the store besides the transcript: who is in the
+    meeting's channel (humans included) and the bounded projection of its own context."""
+
+    channel_members: list[str]
+    projection: str
 
 
 class Voices:
@@ -96,22 +124,19 @@ class Voices:
         self.mail = mail
         self.runtime_for = runtime_for
 
-    async def projection(self, agent: Principal, max_chars: int) -> str:
-        """The bounded projection of the agent's OWN context: its latest work-channel messages
-        and its open mail. Read at each speech, not at entry: it keeps working meanwhile."""
-        transcript: list[tuple[str, str]] = []
-        mail: list[tuple[str, str]] = []
-        async with self.ctx.store.read() as tx:
-            if agent.work_channel_id is not None:
-                for m in await tx.channel_messages(
-                    agent.work_channel_id, latest=PROJECTION_MESSAGES
-                ):
-                    transcript.append((m.sender_id, m.content))
-            flt = InboxFilter(status=list(OPEN_STATUSES), limit=PROJECTION_MESSAGES)
-            for msg in await tx.list_inbox(agent.id, flt):
-                if msg.kind != "minutes":
-                    mail.append((msg.subject, msg.body))
-        return mt.project_context(transcript, mail[-PROJECTION_MESSAGES:], max_chars)
+    async def context(self, tx: Tx, meeting: Meeting, room: Room, member: str) -> SpeakerContext:
+        """Read, inside ``tx``, what the next speaker's prompt needs from the store: the bounded
+        projection of the agent's OWN context (its latest work-channel messages and its open
+        mail), read at each speech, not at entry, since it keeps working meanwhile."""
+        agent = await self.identity.require(member, tx)
+        # One read of only the columns quoted: three statements turning whole rows into models
+        # cost more than all the rest of the speaker's prompt.
+        found = await tx.speaker_sources(
+            meeting.channel_id, agent.id, agent.work_channel_id, PROJECTION_MESSAGES
+        )
+        mail = [(subject, body) for kind, subject, body in found.mail if kind != "minutes"]
+        projection = mt.project_context(found.work, mail, room.config.projection_chars)
+        return SpeakerContext(found.channel_members, projection)
 
     async def speak(
         self,
@@ -119,24 +144,31 @@ class Voices:
         meeting: Meeting,
         room: Room,
         window: list[ChannelMessage],
+        transcript: tuple[TranscriptEntry, ...],
         member: str,
         counts: dict[str, int],
-    ) -> None:
+        context: SpeakerContext,
+    ) -> tuple[Meeting, list[ChannelMessage]]:
         """One member's turn: a speech produced with no tools by its own runtime, committed with
         its record when accepted; over the hard limit it is asked once more, then failed (R5).
-        Every turn ends with exactly one record that is not ``over_limit``."""
+        Every turn ends with exactly one record that is not ``over_limit``, whose commit gives
+        back the meeting and its transcript window as they stand after it."""
         agent = await self.identity.require(member)
         runtime = self.runtime_for(agent)
         present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
         round_number = mt.round_of(meeting.turns, len(present))
         record = functools.partial(
-            self.record_speech, meeting, member, round_number, runtime_kind=agent.runtime_kind
+            self.record_speech,
+            meeting,
+            window,
+            member,
+            round_number,
+            runtime_kind=agent.runtime_kind,
         )
         if runtime is None:
-            await record(1, "failed", route="", reason="no_runtime")
-            return
+            return await record(1, "failed", route="", reason="no_runtime")
         limit = room.config.speech_limit
-        humans = [m for m in await self.channel_members(meeting) if m not in present]
+        humans = [m for m in context.channel_members if m not in present]
         system = "\n\n".join(
             part
             for part in (
@@ -147,7 +179,7 @@ class Voices:
                     convened_by=meeting.convened_by,
                     present=[*present, *humans],
                     target=room.config.speech_target,
-                    projection=await self.projection(agent, room.config.projection_chars),
+                    projection=context.projection,
                 ),
             )
             if part
@@ -158,7 +190,7 @@ class Voices:
             prompt = Prompt(
                 system=system,
                 task=meeting.topic,
-                transcript=entries(window),
+                transcript=transcript,
                 instructions=instructions,
             )
             turn = meeting_turn(self.ctx, new_ulid(), profile, meeting, prompt, stop, round_number)
@@ -167,22 +199,24 @@ class Voices:
                 result = await runtime.respond(turn)
             except RuntimeFailure as exc:
                 route = redact_text(str(exc.details.get("model_route") or ""))
-                await record(attempt, "failed", route=route, reason=exc.code, started=started)
-                return
+                return await record(
+                    attempt, "failed", route=route, reason=exc.code, started=started
+                )
             text, route = result.text.strip(), redact_text(result.model_route)
             if result.is_silent:
-                await record(attempt, "failed", route=route, reason="no_reply", started=started)
-                return
+                return await record(
+                    attempt, "failed", route=route, reason="no_reply", started=started
+                )
             if text_problem(text) is not None:
                 # The transcript cannot hold it (a NUL, a lone surrogate): a failed speech, not
                 # a store error that would end the whole meeting.
-                await record(attempt, "failed", route=route, reason="invalid_text", started=started)
-                return
+                return await record(
+                    attempt, "failed", route=route, reason="invalid_text", started=started
+                )
             verdict = mt.judge_speech(text, limit=limit, attempt=attempt)
             if verdict == "accepted":
-                await record(attempt, "accepted", route=route, text=text, started=started)
-                return
-            await record(
+                return await record(attempt, "accepted", route=route, text=text, started=started)
+            committed = await record(
                 attempt,
                 "over_limit" if verdict == "retry" else "failed",
                 route=route,
@@ -190,15 +224,15 @@ class Voices:
                 chars=len(text),
                 started=started,
             )
+            if verdict == "failed":
+                return committed
             instructions = mt.retry_instructions(limit, len(text))
-
-    async def channel_members(self, meeting: Meeting) -> list[str]:
-        async with self.ctx.store.read() as tx:
-            return await tx.channel_members(meeting.channel_id)
+        raise AssertionError("the second attempt always ends the turn")
 
     async def record_speech(
         self,
         meeting: Meeting,
+        window: Sequence[ChannelMessage],
         member: str,
         round_number: int,
         attempt: int,
@@ -210,14 +244,24 @@ class Voices:
         text: str | None = None,
         chars: int = 0,
         started: float | None = None,
-    ) -> None:
+    ) -> tuple[Meeting, list[ChannelMessage]]:
         """Commit one speech attempt: the speech itself when accepted, its record, and the
-        meeting's counters when it ends the member's turn (all but a first ``over_limit``)."""
+        meeting's counters when it ends the member's turn (all but a first ``over_limit``).
+        Such a commit also gives back the meeting row and the transcript ``window`` brought up
+        to date, so the driver reads neither again before the next turn."""
         if text is not None:
             chars = len(text)
 
-        async def job(tx: Tx) -> None:
-            message_id = None
+        async def job(tx: Tx) -> tuple[Meeting, list[ChannelMessage]]:
+            current = meeting
+            if outcome != "over_limit":
+                # The meeting's row first, as closing it locks it first too.
+                row = await tx.count_meeting_turn(
+                    meeting.id, spoke=text is not None, round_number=round_number
+                )
+                assert row is not None, f"meeting {meeting.id!r} is gone"
+                current = row
+            message: ChannelMessage | None = None
             if text is not None:
                 message = await self.channels.append(
                     tx,
@@ -227,16 +271,6 @@ class Voices:
                     content=text,
                     round=round_number,
                     metadata={"runtime": runtime_kind, "model_route": route, "speech": True},
-                )
-                message_id = message.id
-            if outcome != "over_limit":
-                row: Meeting = await tx.get("meetings", meeting.id, for_update=True)
-                await tx.update(
-                    "meetings",
-                    meeting.id,
-                    speeches=row.speeches + int(text is not None),
-                    turns=row.turns + 1,
-                    round=round_number,
                 )
             tx.insert(
                 "speeches",
@@ -250,7 +284,7 @@ class Voices:
                     chars=chars,
                     runtime=runtime_kind,
                     model_route=route[:300],
-                    message_id=message_id,
+                    message_id=None if message is None else message.id,
                     reason=reason,
                     created=self.ctx.clock.now(),
                 ),
@@ -273,8 +307,20 @@ class Voices:
                     payload={"round": round_number, "attempt": attempt, "reason": reason},
                     trace_id=meeting.id,
                 )
+            fresh = list(window)
+            if outcome != "over_limit":
+                after = window[-1].seq if window else 0
+                if message is not None and message.seq == after + 1:
+                    fresh.append(message)
+                else:
+                    # Something landed since the window was read (a human spoke), or this
+                    # turn posted nothing to tell: read what is new, the speech included.
+                    fresh += await tx.channel_messages(
+                        meeting.channel_id, after_seq=after, latest=TRANSCRIPT_WINDOW
+                    )
+            return current, fresh[-TRANSCRIPT_WINDOW:]
 
-        await self.ctx.store.write(job)
+        return await self.ctx.store.write(job)
 
     def count_call(
         self, tx: Tx, outcome: InvocationOutcome, reason: str | None, route: str, started: float

@@ -27,12 +27,12 @@ from parley.core.limits import StorableText
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
-from parley.core.runtime import AgentProfile, Prompt, TurnResult
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
 from parley.service.channels import Channels, channel_topic, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
-from parley.service.meeting_voices import Voices, entries, meeting_turn
+from parley.service.meeting_voices import SpeakerContext, Voices, entries, meeting_turn
 from parley.service.rooms import Rooms, not_a_member
 from parley.service.tasks import TaskRunner
 
@@ -55,6 +55,8 @@ class _Live:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    # Transcript entries by message id: each message is rendered once for all the prompts.
+    rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
 
 
 def _moderates(convener: Principal) -> bool:
@@ -316,8 +318,10 @@ class Meetings:
     async def _rounds(self, live: _Live) -> MeetingEndReason:
         counts: dict[str, int] = {}
         last: str | None = None
+        # Read once: a room's settings do not change while it meets, and every turn's commit
+        # gives back the meeting row and the transcript window as they stand after it.
+        meeting, room, window = await self._load(live.meeting_id)
         while True:
-            meeting, room, window = await self._load(live.meeting_id)
             if live.stop.is_set() or meeting.stop_requested:
                 return "stopped"
             # An awaiting member whose turn ended while nobody told us enters now.
@@ -329,13 +333,18 @@ class Meetings:
             # whose every speech fails would never reach its cap.
             if mt.round_cap_reached(meeting.turns, len(present), meeting.max_rounds):
                 return "round_cap"
-            decision = await self._moderate(live, meeting, room, window, present, counts, last)
+            transcript = entries(window, live.rendered)
+            decision, context = await self._moderate(
+                live, meeting, room, transcript, present, counts, last
+            )
             if live.stop.is_set():
                 return "stopped"
             if decision.action == "adjourn":
                 return "adjourned"
-            assert decision.next is not None
-            await self.voices.speak(live.stop, meeting, room, window, decision.next, counts)
+            assert decision.next is not None and context is not None
+            meeting, window = await self.voices.speak(
+                live.stop, meeting, room, window, transcript, decision.next, counts, context
+            )
             counts[decision.next] = counts.get(decision.next, 0) + 1
             last = decision.next
 
@@ -344,11 +353,13 @@ class Meetings:
         live: _Live,
         meeting: Meeting,
         room: Room,
-        window: list[ChannelMessage],
+        transcript: tuple[TranscriptEntry, ...],
         present: list[str],
         counts: dict[str, int],
         last: str | None,
-    ) -> mt.Decision:
+    ) -> tuple[mt.Decision, SpeakerContext | None]:
+        """The moderator's decision, recorded; for an invitation, read in the same transaction
+        what the invited speaker's prompt needs."""
         runtime, agent = await self._moderator(meeting, room)
         roster = [a.agent_id for a in meeting.attendees]
         round_number = mt.round_of(meeting.turns, len(present))
@@ -371,7 +382,7 @@ class Meetings:
                     max_rounds=meeting.max_rounds,
                 ),
                 task=meeting.topic,
-                transcript=entries(window),
+                transcript=transcript,
                 instructions="Answer with the JSON decision only.",
             )
             turn = meeting_turn(
@@ -387,7 +398,7 @@ class Meetings:
         )
         route = redact_text(result.model_route) if result else meeting.moderator_route
 
-        async def job(tx: Tx) -> None:
+        async def job(tx: Tx) -> SpeakerContext | None:
             if runtime is not None:
                 self.voices.invocation(
                     tx,
@@ -414,9 +425,11 @@ class Meetings:
                 },
                 trace_id=meeting.id,
             )
+            if decision.next is None:
+                return None
+            return await self.voices.context(tx, meeting, room, decision.next)
 
-        await self.ctx.store.write(job)
-        return decision
+        return decision, await self.ctx.store.write(job)
 
     async def _moderator(self, meeting: Meeting, room: Room) -> tuple[Runtime | None, AgentProfile]:
         """The convener's runtime, or the room's default moderator runtime for a human (or a
@@ -590,11 +603,17 @@ class Meetings:
             me = tx.table("meetings").c
             return await tx.select("meetings", me.room_id == room_id, order_by=[me.id])
 
-    async def transcript(self, caller: Principal, meeting_id: str) -> list[ChannelMessage]:
+    async def transcript(
+        self, caller: Principal, meeting_id: str, *, latest: int | None = None
+    ) -> list[ChannelMessage]:
+        """The meeting's messages in order; with ``latest``, only that many of the newest."""
         meeting = await self.get(caller, meeting_id)
         async with self.ctx.store.read() as tx:
             page = await tx.channel_page(
-                meeting.channel_id, limit=500, max_bytes=self.ctx.settings.page_max_bytes
+                meeting.channel_id,
+                latest=latest,
+                limit=500,
+                max_bytes=self.ctx.settings.page_max_bytes,
             )
         return page.rows
 

@@ -94,6 +94,9 @@ class TaskRunner:
         self.hub_id = hub_id
         self.live: dict[str, _Live] = {}
         self.on_finished: list[Any] = []  # callbacks(task, channel) run after a task ends
+        # (tx, channel, task) -> Awaitable[None], in the transaction that starts the task: a
+        # worker becomes running in the same commit as its turn's task.
+        self.on_started: list[Callable[[Tx, Channel, Task], Awaitable[None]]] = []
         self.notify_idle_agent: Any = None  # (tx, agent, message) for agents without a runtime
         # (agent, channel_id, session_id) -> ToolBox | None: the hub's tools for a turn (W9).
         self.toolbox_for: Callable[[Principal, str, str], ToolBox | None] = lambda *_: None
@@ -206,6 +209,8 @@ class TaskRunner:
             },
             trace_id=task.id,
         )
+        for callback in self.on_started:
+            await callback(tx, channel, task)
         self._publish_task(tx, task)
         tx.after_commit(lambda: self.launch(task))
         return task
@@ -389,9 +394,9 @@ class TaskRunner:
             secrets = secret_values(agent.runtime)
             # A failed call still names the route it took (C13): which provider failed matters.
             trace.route = scrub(str(failure.details.get("model_route") or ""), secrets)
+            trace.facts = _failure_facts(failure)
             if failure.reason == "cancelled":
-                code, end = await self._stop_reason(task)
-                await self._record(trace, "rejected", code, None, t2)
+                code, end = await self._record_stopped(trace, t2)
                 return TurnOutcome(kind="rejected", reason=code, end=end)
             await self._record(trace, "failed", failure.code, None, t2)
             message = scrub(failure.message, secrets)
@@ -513,6 +518,22 @@ class TaskRunner:
         await self.ctx.store.write(job)
         task.calls += 1
 
+    async def _record_stopped(self, trace: _TraceBase, t2: float) -> tuple[str, EndReason]:
+        """Record a call its cancel signal stopped, with why it was stopped read in the same
+        transaction: a cancelled tree stops many turns at once, and a read transaction each
+        would queue them behind the store's few readers."""
+        task = trace.task
+
+        async def job(tx: Tx) -> tuple[str, EndReason]:
+            code, end = await self._stop_reason(task, tx)
+            self._insert_invocation(tx, trace, "rejected", code, None, None, t2)
+            await tx.update("tasks", task.id, calls=task.calls + 1)
+            return code, end
+
+        stopped = await self.ctx.store.write(job)
+        task.calls += 1
+        return stopped
+
     def _insert_invocation(
         self,
         tx: Tx,
@@ -533,6 +554,7 @@ class TaskRunner:
         }
         if result is not None:
             timings.update({f"runtime_{k}": v for k, v in result.timings.items()})
+        timings.update(trace.facts)
         tx.after_commit(
             lambda: self.ctx.metrics.turn_recorded(
                 outcome, reason, timings, result.model_route if result else trace.route
@@ -698,6 +720,19 @@ class _TraceBase:
     t1: float
     ready_at: float
     route: str = ""
+    # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
+    facts: dict[str, float] = field(default_factory=dict)
+
+
+def _failure_facts(failure: RuntimeFailure) -> dict[str, float]:
+    """A failed call's timings, a command's exit status, how long an interrupt took and whether
+    a stale session was dropped, named like a success's runtime timings."""
+    facts: dict[str, Any] = {**(failure.details.get("timings") or {}), **failure.details}
+    return {
+        f"runtime_{key}": float(facts[key])
+        for key in ("provider_wait_ms", "exit_code", "interrupt_ms", "resumed_fresh")
+        if isinstance(facts.get(key), int | float)
+    }
 
 
 @dataclass

@@ -1,263 +1,97 @@
-"""The ``command`` runtime: an agent that is a command-line program, run once per turn.
+"""The ``command`` runtime: an agent that is a command-line program.
 
 Three protocols, chosen per agent:
 
-- ``text``: the rendered prompt on stdin, the reply on stdout — any script or CLI.
-- ``claude-stream-json``: Claude Code in bidirectional stream-json mode (see
-  :func:`claude_code_argv`): one user message as an NDJSON frame on stdin, NDJSON events on
-  stdout, the final ``result`` event is the reply; its ``session_id`` is kept as runtime state
-  and the next turn resumes it with ``--resume=<id>``. Cancel sends an ``interrupt`` control
-  request before any signal.
-- ``codex-json``: ``codex exec --json`` (see :func:`codex_argv`): the prompt on stdin, JSONL
-  events on stdout, the last ``agent_message`` item is the reply; the thread id is kept and the
-  next turn runs ``codex exec ... resume <thread id>``.
+- ``text``: the rendered prompt on stdin, the reply on stdout — any script or CLI, run once per
+  turn.
+- ``claude-stream-json``: Claude Code in bidirectional stream-json mode
+  (:mod:`parley.adapters.runtimes.claude_code`). By default (``keep_alive``) one process per
+  logical session stays alive between turns (:mod:`parley.adapters.runtimes.live_sessions`);
+  with ``keep_alive: false`` a process per turn, resumed with ``--resume=<id>``.
+- ``codex-json``: ``codex exec --json`` (:mod:`parley.adapters.runtimes.codex`), one process per
+  turn; the thread id is kept and the next turn runs ``codex exec ... resume <thread id>``.
 
-Each child starts in its own process group and the whole group is stopped when the turn ends,
-however it ends (SIGTERM, then SIGKILL after a grace period, then reaped), so nothing a turn
-started outlives it.
+A session or thread id the CLI no longer knows is dropped and the turn starts afresh once; the
+turn's timings then carry ``resumed_fresh``. Every child runs in its own process group, stopped
+whole when its turn (or, kept alive, its session) ends, however it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
+import dataclasses
+import logging
 import os
-import signal
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parley.adapters.runtimes import guard
+from parley.adapters.runtimes import codex, guard
+from parley.adapters.runtimes.child import TAIL_CHARS, ChildProcess, exit_note, json_event
+from parley.adapters.runtimes.claude_code import (
+    CLAUDE_SESSION_KEY,
+    claude_code_argv,
+    claude_interrupt_frame,
+    claude_user_frame,
+    is_stale_session,
+    parse_claude_stream,
+)
+from parley.adapters.runtimes.codex import CODEX_THREAD_KEY, codex_argv, parse_codex_stream
 from parley.adapters.runtimes.endpoint import parse_config
+from parley.adapters.runtimes.live_sessions import ClaudeSessions
 from parley.adapters.runtimes.race import ProviderReply, race_turn
 from parley.core.errors import RuntimeFailure
-from parley.core.runtime import Turn, TurnResult, Usage
+from parley.core.runtime import Turn, TurnResult
+
+__all__ = [
+    "CLAUDE_SESSION_KEY",
+    "CODEX_THREAD_KEY",
+    "TAIL_CHARS",
+    "CommandConfig",
+    "CommandRuntime",
+    "claude_code_argv",
+    "claude_interrupt_frame",
+    "claude_user_frame",
+    "codex_argv",
+    "parse_claude_stream",
+    "parse_codex_stream",
+]
+
+log = logging.getLogger(__name__)
 
 CommandProtocol = Literal["text", "claude-stream-json", "codex-json"]
 CommandPreset = Literal["claude-code", "codex"]
-
-CLAUDE_SESSION_KEY = "claude_session_id"
-CODEX_THREAD_KEY = "codex_thread_id"
-TAIL_CHARS = 2000
-_STDERR_KEEP = 16 * 1024
-_REAP_S = 5.0
-_DRAIN_S = 1.0
-
-
-# --- Claude Code --------------------------------------------------------------------------
-
-
-def claude_code_argv(
-    *,
-    executable: str = "claude",
-    model: str | None = None,
-    resume: str | None = None,
-    permission_mode: str | None = None,
-    extra_args: Sequence[str] = (),
-) -> list[str]:
-    """The command line of Claude Code in bidirectional stream-json mode.
-
-    ``claude -p --output-format stream-json --input-format stream-json --verbose`` reads user
-    messages as NDJSON frames on stdin (``{"type": "user", "message": {"role": "user",
-    "content": ...}}``) and writes NDJSON events on stdout (``system``/``init``, ``assistant``,
-    ``user``, and a final ``result`` with ``result``, ``session_id``, ``is_error``, ``subtype``
-    and ``usage``); stream-json output requires ``--verbose``. ``--resume=<session id>``
-    continues an earlier session; the ``=`` form binds the value to the flag, so an id can never
-    be read as another flag.
-    """
-    argv = [
-        executable,
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--input-format",
-        "stream-json",
-        "--verbose",
-    ]
-    if model:
-        argv += ["--model", model]
-    if permission_mode:
-        argv += ["--permission-mode", permission_mode]
-    argv += list(extra_args)
-    if resume:
-        argv.append(f"--resume={resume}")
-    return argv
-
-
-def claude_user_frame(text: str) -> bytes:
-    """One user message for Claude Code's stream-json input, as an NDJSON line."""
-    frame = {
-        "type": "user",
-        "message": {"role": "user", "content": [{"type": "text", "text": text}]},
-    }
-    return (json.dumps(frame, ensure_ascii=False) + "\n").encode()
-
-
-def claude_interrupt_frame(request_id: str) -> bytes:
-    """The control request that asks Claude Code to stop the running turn; it then ends the
-    turn with a ``result`` of subtype ``error_during_execution`` and keeps the session
-    resumable."""
-    frame = {
-        "type": "control_request",
-        "request_id": request_id,
-        "request": {"subtype": "interrupt"},
-    }
-    return (json.dumps(frame) + "\n").encode()
-
-
-def _json_events(lines: Iterable[str | bytes]) -> Iterable[dict[str, Any]]:
-    """The JSON objects among ``lines``; other output (debug noise) is skipped."""
-    for raw in lines:
-        line = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            yield event
-
-
-_CLAUDE_STOP_SUBTYPES = frozenset(
-    {"error_max_turns", "error_max_budget_usd", "error_max_structured_output_retries"}
-)
-
-
-def parse_claude_stream(lines: Iterable[str | bytes]) -> ProviderReply:
-    """The reply in Claude Code's stream-json output: the final ``result`` event's ``result``
-    text, usage and ``session_id`` (kept for ``--resume``).
-
-    Raises :class:`RuntimeFailure` when no ``result`` arrived, or the result is an error
-    (``is_error``, or a subtype other than ``success``): a limit reached is a non-completed
-    stop (reason ``stop_reason``), anything else reason ``error``.
-    """
-    session_id: str | None = None
-    result: dict[str, Any] | None = None
-    for event in _json_events(lines):
-        session_id = event.get("session_id") or session_id
-        if event.get("type") == "result":
-            result = event
-    if result is None:
-        raise RuntimeFailure(
-            "Claude Code ended without a result event", reason="error", session_id=session_id
-        )
-    subtype = str(result.get("subtype", ""))
-    if result.get("is_error") or subtype != "success":
-        detail = result.get("result") or "; ".join(map(str, result.get("errors") or ())) or subtype
-        raise RuntimeFailure(
-            f"Claude Code ended its turn with {subtype!r}: {str(detail)[:TAIL_CHARS]}",
-            reason="stop_reason" if subtype in _CLAUDE_STOP_SUBTYPES else "error",
-            stop_reason=subtype,
-            session_id=session_id,
-        )
-    usage = result.get("usage") or {}
-    return ProviderReply(
-        text=str(result.get("result") or ""),
-        usage=Usage(
-            input_tokens=int(usage.get("input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
-        ),
-        runtime_state={CLAUDE_SESSION_KEY: session_id} if session_id else None,
-    )
-
-
-def _is_claude_result(line: bytes) -> bool:
-    return any(event.get("type") == "result" for event in _json_events([line]))
-
-
-# --- Codex --------------------------------------------------------------------------------
-
-
-def codex_argv(
-    *,
-    executable: str = "codex",
-    model: str | None = None,
-    resume: str | None = None,
-    sandbox: str | None = None,
-    skip_git_repo_check: bool = False,
-    extra_args: Sequence[str] = (),
-) -> list[str]:
-    """The command line of Codex non-interactive mode with JSONL events.
-
-    ``codex exec --json [flags] -`` reads the prompt from stdin (``-``) and writes JSON Lines:
-    ``thread.started`` (``thread_id``), ``turn.started``, ``item.*`` (the reply is an
-    ``item.completed`` whose item has type ``agent_message``), then ``turn.completed`` (with
-    ``usage``) or ``turn.failed`` (with ``error.message``). ``codex exec [flags] resume <thread
-    id> -`` continues a thread; flags go before ``resume`` since only the conversation is kept.
-    """
-    argv = [executable, "exec", "--json"]
-    if model:
-        argv += ["--model", model]
-    if sandbox:
-        argv += ["--sandbox", sandbox]
-    if skip_git_repo_check:
-        argv.append("--skip-git-repo-check")
-    argv += list(extra_args)
-    if resume:
-        argv += ["resume", resume]
-    argv.append("-")
-    return argv
-
-
-def parse_codex_stream(lines: Iterable[str | bytes]) -> ProviderReply:
-    """The reply in ``codex exec --json`` output: the last ``agent_message`` item, the
-    ``turn.completed`` usage and the thread id. ``turn.failed``, an ``error`` event or a
-    missing ``turn.completed`` raise :class:`RuntimeFailure`."""
-    thread_id: str | None = None
-    text = ""
-    usage: dict[str, Any] | None = None
-    errors: list[str] = []
-    for event in _json_events(lines):
-        kind = event.get("type")
-        if kind in ("thread.started", "thread.resumed"):
-            thread_id = event.get("thread_id") or thread_id
-        elif kind == "item.completed":
-            item = event.get("item") or {}
-            if item.get("type") == "agent_message":
-                text = str(item.get("text") or "")
-        elif kind == "turn.completed":
-            usage = event.get("usage") or {}
-        elif kind == "turn.failed":
-            errors.append(str((event.get("error") or {}).get("message", "turn failed")))
-        elif kind == "error":
-            errors.append(str(event.get("message", "error")))
-    if errors or usage is None:
-        reason = "; ".join(errors) or "the output ended without turn.completed"
-        raise RuntimeFailure(
-            f"Codex failed: {reason[:TAIL_CHARS]}", reason="error", thread_id=thread_id
-        )
-    return ProviderReply(
-        text=text,
-        usage=Usage(
-            input_tokens=int(usage.get("input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
-        ),
-        runtime_state={CODEX_THREAD_KEY: thread_id} if thread_id else None,
-    )
-
-
-# --- The runtime --------------------------------------------------------------------------
 
 
 class CommandConfig(BaseModel):
     """``{"kind": "command", "argv": [...], "protocol": "text", "cwd": ..., "env": {...},
     "timeout_s": ..., "kill_grace_s": 2}``, or a preset (``"preset": "claude-code"`` /
-    ``"codex"`` with ``model``, ``permission_mode``/``sandbox`` and ``extra_args``) that builds
-    the real command line."""
+    ``"codex"``, optionally with the ``executable`` to run) that builds the real command line."""
 
     model_config = ConfigDict(extra="forbid")
 
     argv: list[str] | None = None
     preset: CommandPreset | None = None
+    executable: str | None = None
+    """The program a preset runs (default ``claude`` / ``codex`` from ``PATH``)."""
     protocol: CommandProtocol | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float | None = Field(default=None, gt=0)
     kill_grace_s: float = Field(default=2.0, ge=0, le=60)
     resume: bool = True
+    keep_alive: bool | None = None
+    """One Claude Code process per logical session, kept between turns (default for the
+    ``claude-stream-json`` protocol); ``false`` starts one per turn."""
+    idle_s: float = Field(default=600.0, gt=0)
+    """A kept-alive process unused this long is stopped; the next turn resumes its session."""
+    login_check: bool = True
+    """The ``codex`` preset runs ``codex login status`` before its first turn and fails fast
+    when Codex has no credentials."""
+    max_network_waits: int | None = Field(default=3, ge=1)
+    """Codex turns fail after this many "waiting for network" reports (None: never)."""
     model: str | None = None
     permission_mode: str | None = None
     sandbox: str | None = None
@@ -269,6 +103,12 @@ class CommandConfig(BaseModel):
             raise ValueError("give either 'argv' (a list of strings) or 'preset', not both")
         if self.argv is not None and (not self.argv or not self.argv[0]):
             raise ValueError("'argv' must name the program to run")
+        if self.executable is not None and (self.preset is None or not self.executable):
+            raise ValueError(
+                "'executable' names the program of a preset; with 'argv' the program is argv[0]"
+            )
+        if self.keep_alive and self.effective_protocol != "claude-stream-json":
+            raise ValueError("'keep_alive' applies to the claude-stream-json protocol only")
         return self
 
     @property
@@ -281,25 +121,50 @@ class CommandConfig(BaseModel):
             return "codex-json"
         return "text"
 
+    @property
+    def effective_keep_alive(self) -> bool:
+        if self.keep_alive is not None:
+            return self.keep_alive
+        return self.effective_protocol == "claude-stream-json"
+
 
 class CommandRuntime:
-    """Runs the agent's command once per turn under the shared deadline and cancel rules."""
+    """Runs the agent's command under the shared deadline and cancel rules: once per turn, or
+    (Claude Code, kept alive) one process per logical session."""
 
     kind = "command"
 
-    def __init__(self, config: CommandConfig) -> None:
+    def __init__(
+        self, config: CommandConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.protocol = config.effective_protocol
         guard.check_command(self._argv(None))
         label = config.preset or os.path.basename(self._argv(None)[0])
         self.model_route = f"command:{label}" + (f":{config.model}" if config.model else "")
+        self._codex_logged_in = False
+        self.sessions: ClaudeSessions | None = None
+        if config.effective_keep_alive:
+            self.sessions = ClaudeSessions(
+                argv_for=self._argv,
+                env=self._child_env,
+                cwd=config.cwd,
+                kill_grace_s=config.kill_grace_s,
+                idle_s=config.idle_s,
+                resume=config.resume,
+                route=self.model_route,
+                timeout_s=config.timeout_s,
+                clock=clock,
+            )
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> CommandRuntime:
         return cls(parse_config(CommandConfig, config))
 
     async def respond(self, turn: Turn) -> TurnResult:
-        children: list[_Child] = []
+        if self.sessions is not None:
+            return await self.sessions.respond(turn)
+        children: list[ChildProcess] = []
         try:
             return await race_turn(
                 turn,
@@ -313,222 +178,162 @@ class CommandRuntime:
             for child in children:
                 await child.stop()
 
-    def _argv(self, turn: Turn | None) -> list[str]:
-        state = turn.runtime_state if turn is not None and self.config.resume else {}
+    def _argv(self, resume: str | None) -> list[str]:
         cfg = self.config
         if cfg.preset == "claude-code":
             return claude_code_argv(
+                executable=cfg.executable or "claude",
                 model=cfg.model,
                 permission_mode=cfg.permission_mode,
                 extra_args=cfg.extra_args,
-                resume=state.get(CLAUDE_SESSION_KEY),
+                resume=resume,
             )
         if cfg.preset == "codex":
             return codex_argv(
+                executable=cfg.executable or "codex",
                 model=cfg.model,
                 sandbox=cfg.sandbox,
                 skip_git_repo_check=True,
                 extra_args=cfg.extra_args,
-                resume=state.get(CODEX_THREAD_KEY),
+                resume=resume,
             )
         argv = list(cfg.argv or ())
-        session = state.get(CLAUDE_SESSION_KEY)
-        if self.protocol == "claude-stream-json" and session:
-            argv.append(f"--resume={session}")
+        if self.protocol == "claude-stream-json" and resume:
+            argv.append(f"--resume={resume}")
         return argv
 
-    async def _run(self, turn: Turn, children: list[_Child]) -> ProviderReply:
-        argv = self._argv(turn)
-        claude = self.protocol == "claude-stream-json"
-        child = await _Child.start(
-            argv,
+    def _child_env(self) -> dict[str, str]:
+        """The hub's environment as it is now, with the agent's ``env`` on top."""
+        return {**os.environ, **self.config.env}
+
+    def _resume_id(self, turn: Turn) -> str | None:
+        if not self.config.resume:
+            return None
+        key = {"claude-stream-json": CLAUDE_SESSION_KEY, "codex-json": CODEX_THREAD_KEY}.get(
+            self.protocol
+        )
+        value = turn.runtime_state.get(key) if key else None
+        return str(value) if value else None
+
+    async def _run(self, turn: Turn, children: list[ChildProcess]) -> ProviderReply:
+        if self.config.preset == "codex" and self.config.login_check:
+            await self._check_codex_login(turn)
+        resume = self._resume_id(turn)
+        try:
+            return await self._run_once(turn, children, resume)
+        except RuntimeFailure as exc:
+            if resume is None or not exc.details.get("stale_session"):
+                raise
+        # The CLI no longer has the session or thread: drop the id and start over once, so
+        # that later turns do not all fail on it.
+        log.warning("%s has no session %r; starting a fresh one", self.model_route, resume)
+        try:
+            reply = await self._run_once(turn, children, None)
+        except RuntimeFailure as exc:
+            exc.details.update(resumed_fresh=True, stale_session_id=resume)
+            raise
+        return dataclasses.replace(reply, timings={**reply.timings, "resumed_fresh": 1.0})
+
+    async def _check_codex_login(self, turn: Turn) -> None:
+        env = self._child_env()
+        if self._codex_logged_in or not codex.needs_login_check(env, self.config.extra_args):
+            return
+        await codex.check_login(
+            self._argv(None)[0],
             cwd=self.config.cwd or turn.agent.workspace,
-            env={**os.environ, **self.config.env},
+            env=env,
             kill_grace_s=self.config.kill_grace_s,
-            watch=_is_claude_result if claude else None,
+        )
+        self._codex_logged_in = True
+
+    async def _run_once(
+        self, turn: Turn, children: list[ChildProcess], resume: str | None
+    ) -> ProviderReply:
+        claude = self.protocol == "claude-stream-json"
+        watch = codex.NetworkWatch(self.config.max_network_waits)
+        result_seen = asyncio.Event()
+
+        def on_line(line: bytes) -> None:
+            if claude:
+                event = json_event(line)
+                if event is not None and event.get("type") == "result":
+                    result_seen.set()
+            else:
+                watch.on_line(line)
+
+        child = await ChildProcess.start(
+            self._argv(resume),
+            cwd=self.config.cwd or turn.agent.workspace,
+            env=self._child_env(),
+            kill_grace_s=self.config.kill_grace_s,
+            on_line=None if self.protocol == "text" else on_line,
         )
         children.append(child)
         if claude:
             child.interrupt = claude_interrupt_frame(f"parley-{turn.invocation_id}")
             await child.send(claude_user_frame(turn.prompt.render()))
-            # Claude Code waits for the next message after a result; closing stdin lets it exit.
-            await child.until_watched()
+            # Claude Code waits for the next message after a result; closing stdin then lets
+            # it exit. Until then stdin stays open for the interrupt a cancel sends.
+            await _first(child, result_seen)
         else:
             await child.send(turn.prompt.render().encode())
         child.close_stdin()
+        if self.protocol == "codex-json" and await _first(child, watch.gave_up):
+            await child.stop()
+            raise watch.failure()
         code = await child.wait()
         await child.stop()  # stragglers in the group die, and the pipes drain to the end
-        return self._reply(child, code)
+        return self._reply(child, code, stale_possible=resume is not None)
 
-    def _reply(self, child: _Child, code: int) -> ProviderReply:
+    def _reply(self, child: ChildProcess, code: int, *, stale_possible: bool) -> ProviderReply:
         stderr_tail = child.stderr_tail()
         details: dict[str, Any] = {"exit_code": code, "stderr_tail": stderr_tail}
+        note = exit_note(code, stderr_tail)
         if self.protocol == "text":
             if code != 0:
-                raise RuntimeFailure(
-                    f"{self.model_route} exited with status {code}: {stderr_tail[-500:]}",
-                    reason="error",
-                    **details,
-                )
+                raise RuntimeFailure(f"{self.model_route} failed{note}", reason="error", **details)
             return ProviderReply(text=child.stdout_text().strip())
-        parse = parse_claude_stream if self.protocol == "claude-stream-json" else parse_codex_stream
         try:
-            reply = parse(child.stdout_text().splitlines())
+            if self.protocol == "claude-stream-json":
+                reply = parse_claude_stream(child.stdout_text().splitlines())
+            else:
+                reply = parse_codex_stream(child.stdout_text().splitlines())
+            if code != 0:
+                raise RuntimeFailure(f"{self.model_route} failed", reason="error")
         except RuntimeFailure as exc:
             exc.details.update(details)
+            exc.message += note
+            exc.args = (exc.message,)
+            if stale_possible and self._names_stale_id(exc):
+                exc.details["stale_session"] = True
             raise
-        if code != 0:
-            raise RuntimeFailure(
-                f"{self.model_route} exited with status {code}: {stderr_tail[-500:]}",
-                reason="error",
-                **details,
-            )
         return reply
 
+    def _names_stale_id(self, failure: RuntimeFailure) -> bool:
+        if self.protocol == "claude-stream-json":
+            return is_stale_session(failure)
+        return codex.is_stale_thread(str(failure.details.get("stderr_tail") or ""))
+
+    def live_pid(self, session_id: str) -> int | None:
+        """The pid of the Claude Code process kept for ``session_id``, if there is one."""
+        return self.sessions.pid(session_id) if self.sessions is not None else None
+
+    async def close_idle(self) -> list[str]:
+        """Stop kept-alive processes unused for ``idle_s``; return their logical sessions."""
+        return await self.sessions.close_idle() if self.sessions is not None else []
+
     async def aclose(self) -> None:
-        return None
+        """Stop every kept-alive process."""
+        if self.sessions is not None:
+            await self.sessions.aclose()
 
 
-class _Child:
-    """One turn's child process, its process group, and what it wrote."""
-
-    def __init__(
-        self,
-        proc: asyncio.subprocess.Process,
-        *,
-        kill_grace_s: float,
-        watch: Callable[[bytes], bool] | None,
-    ) -> None:
-        self.proc = proc
-        self.kill_grace_s = kill_grace_s
-        self.interrupt: bytes | None = None
-        self._stdout = bytearray()
-        self._stderr = bytearray()
-        self._watch = watch
-        self._scanned = 0
-        self._watched = asyncio.Event()
-        self._exit = asyncio.ensure_future(proc.wait())
-        self._readers = [
-            asyncio.ensure_future(self._pump_stdout()),
-            asyncio.ensure_future(self._pump_stderr()),
-        ]
-        self._stopping: asyncio.Future[None] | None = None
-
-    @classmethod
-    async def start(
-        cls,
-        argv: Sequence[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        kill_grace_s: float,
-        watch: Callable[[bytes], bool] | None,
-    ) -> _Child:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                # Its own process group, so a timeout can stop everything it started.
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise RuntimeFailure(
-                f"cannot start command {list(argv)!r} in {cwd!r}: {exc}; "
-                "check the agent's runtime argv and cwd",
-                reason="error",
-            ) from exc
-        return cls(proc, kill_grace_s=kill_grace_s, watch=watch)
-
-    async def send(self, data: bytes) -> None:
-        stdin = self.proc.stdin
-        if stdin is None or stdin.is_closing():
-            return
-        # A child that exits without reading its input is judged by its exit status instead.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stdin.write(data)
-            await stdin.drain()
-
-    def close_stdin(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
-
-    async def until_watched(self) -> None:
-        """Wait until the watched stdout line arrives or the child exits."""
-        watched = asyncio.ensure_future(self._watched.wait())
-        try:
-            await asyncio.wait({watched, self._exit}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watched.cancel()
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exit)
-
-    def stdout_text(self) -> str:
-        return self._stdout.decode("utf-8", "replace")
-
-    def stderr_tail(self) -> str:
-        return self._stderr.decode("utf-8", "replace")[-TAIL_CHARS:]
-
-    async def stop(self) -> None:
-        """Stop the whole process group and reap it; safe to call many times, from anywhere."""
-        if self._stopping is None:
-            self._stopping = asyncio.ensure_future(self._stop())
-        # Shielded: a caller cancelled mid-stop must not leave the group half-killed.
-        await asyncio.shield(self._stopping)
-
-    async def _stop(self) -> None:
-        if self.proc.returncode is None and self.interrupt is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.send(self.interrupt), self.kill_grace_s)
-            self.close_stdin()
-            await self._wait_exit(self.kill_grace_s)
-        if self.proc.returncode is None:
-            self._signal_group(signal.SIGTERM)
-            await self._wait_exit(self.kill_grace_s)
-        # Always, even after a clean exit: nothing the turn started may outlive it.
-        self._signal_group(signal.SIGKILL)
-        await self._wait_exit(_REAP_S)
-        self.close_stdin()
-        done, pending = await asyncio.wait(self._readers, timeout=_DRAIN_S)
-        for reader in pending:
-            # Something outside the group still holds the pipe open; stop reading it.
-            reader.cancel()
-        if pending:
-            transport = getattr(self.proc, "_transport", None)
-            if transport is not None:
-                transport.close()
-        for reader in done:
-            reader.exception()
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
-    async def _wait_exit(self, timeout: float) -> None:
-        await asyncio.wait({self._exit}, timeout=timeout)
-
-    async def _pump_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        while chunk := await self.proc.stdout.read(65536):
-            self._stdout.extend(chunk)
-            if self._watch is not None:
-                self._scan_lines()
-
-    def _scan_lines(self) -> None:
-        assert self._watch is not None
-        while (end := self._stdout.find(b"\n", self._scanned)) != -1:
-            line = bytes(self._stdout[self._scanned : end])
-            self._scanned = end + 1
-            if self._watch(line):
-                self._watched.set()
-
-    async def _pump_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := await self.proc.stderr.read(65536):
-            self._stderr.extend(chunk)
-            if len(self._stderr) > _STDERR_KEEP:
-                del self._stderr[: len(self._stderr) - _STDERR_KEEP]
+async def _first(child: ChildProcess, event: asyncio.Event) -> bool:
+    """Wait until ``event`` is set or the child exits; whether the event came first."""
+    waiter = asyncio.ensure_future(event.wait())
+    waiting: set[asyncio.Future[Any]] = {child.exited, waiter}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return event.is_set() and not child.exited.done()

@@ -50,7 +50,8 @@ def check_command(argv: Sequence[str]) -> None:
     """Refuse to start a real model CLI (Claude Code, Codex) while model requests are blocked."""
     if ALLOW_MODEL_REQUESTS or not argv:
         return
-    name = os.path.basename(argv[0])
+    # The npm packages install them as ``claude.exe`` and ``codex.js`` behind the links.
+    name, _ = os.path.splitext(os.path.basename(argv[0]))
     if name in MODEL_COMMANDS:
         raise ConfigError(
             f"model requests are blocked: the command runtime would start {argv[0]!r}; "

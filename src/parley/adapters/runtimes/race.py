@@ -37,6 +37,8 @@ class ProviderReply:
     text: str
     usage: Usage = field(default_factory=Usage)
     runtime_state: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    """Facts the provider measured or noticed (e.g. ``resumed_fresh``), added to the turn's."""
 
 
 ProviderCall = Callable[[], Awaitable[ProviderReply]]
@@ -111,7 +113,7 @@ async def race_turn(
         stop_reason="completed",
         usage=reply.usage,
         model_route=route,
-        timings=_timings(started),
+        timings={**reply.timings, **_timings(started)},
         runtime_state=reply.runtime_state,
     )
 

@@ -188,7 +188,11 @@ sessions = Table(
     Column("runtime_state", JSON, nullable=False),
     Column("model_override", String(64)),
     Column("created", TS, nullable=False),
+    Column("parent_logical_id", String(64)),
+    Column("spawned_by_worker_id", String(64)),
+    Column("spawn_purpose", String(64)),
     Index("ux_sessions_agent_channel", "agent_id", "channel_id", unique=True),
+    Index("ix_sessions_parent", "parent_logical_id"),
 )
 
 tasks = Table(
@@ -362,4 +366,50 @@ pulse_log = Table(
     Column("meeting_id", String(64)),
     Column("created", TS, nullable=False),
     Index("ix_pulse_log_room", "room_id"),
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("session_id", String(64), nullable=False),
+    Column("channel_id", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("purpose", String(64), nullable=False),
+    Column("parent_worker_id", String(64)),
+    Column("children_worker_ids", JSON, nullable=False),
+    Column("independent", Boolean, nullable=False, server_default=text("false")),
+    Column("block_parent", Boolean, nullable=False, server_default=text("false")),
+    Column("long_running", Boolean, nullable=False, server_default=text("false")),
+    Column("cancel_propagated_from", String(64)),
+    Column("pending_takeover_message_id", String(64)),
+    Column("blocked_on_message_id", String(64)),
+    Column("dispatch_message_id", String(64)),
+    Column("task_id", String(64)),
+    Column("trace_id", String(64), nullable=False),
+    Column("span_id", String(64)),
+    Column("parent_span_id", String(64)),
+    Column("created_by", String(64), nullable=False),
+    Column("created", TS, nullable=False),
+    Column("updated", TS, nullable=False),
+    Column("last_heartbeat", TS, nullable=False),
+    Column("ended", TS),
+    Column("end_reason", String(64)),
+    Column("result", JSON),
+    Column("owner", String(64)),
+    Index("ix_workers_parent", "parent_worker_id"),
+    Index("ix_workers_session", "session_id"),
+    Index("ix_workers_channel", "channel_id"),
+    Index("ix_workers_state", "state"),
+)
+
+worker_artifacts = Table(
+    "worker_artifacts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("worker_id", String(64), nullable=False, index=True),
+    Column("name", String(200), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("created", TS, nullable=False),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -34,7 +34,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.expression import ClauseElement
 
+from parley.adapters.store import prepared
 from parley.adapters.store import schema as s
+from parley.adapters.store.sqlite_direct import DirectSqlite
 from parley.core.channels import (
     Channel,
     ChannelMessage,
@@ -48,8 +50,10 @@ from parley.core.errors import ParleyError, StorageError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
+from parley.core.meetings import SpeakerSources
 from parley.core.ports import Page
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
+from parley.core.workers import Artifact, Worker
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
@@ -73,6 +77,8 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "minutes": (s.minutes, Minutes),
     "briefs": (s.briefs, Brief),
     "pulse_log": (s.pulse_log, PulseEntry),
+    "workers": (s.workers, Worker),
+    "worker_artifacts": (s.worker_artifacts, Artifact),
 }
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
@@ -123,9 +129,9 @@ def _utc(value: Any) -> Any:
     return value
 
 
-def _row_to(name: str, row: Any) -> Any:
+def _row_to(name: str, row: Mapping[str, Any]) -> Any:
     _table, model = _RECORDS[name]
-    data = dict(row._mapping)
+    data = dict(row)
     for col in _TS_COLUMNS[name]:
         if col in data:
             data[col] = _utc(data[col])
@@ -168,11 +174,15 @@ def _inbox_where(recipient_id: str, flt: InboxFilter) -> list[Any]:
 
 class SqlTx:
     """One database transaction with parley's queries. Inserts are buffered and flushed with
-    ``executemany`` before any read and at commit: most jobs only append."""
+    ``executemany`` before any read and at commit: most jobs only append. On the SQLite writer,
+    statements built once run on its connection ``direct``ly (see ``sqlite_direct``)."""
 
-    def __init__(self, conn: AsyncConnection, store: SqlStore) -> None:
+    def __init__(
+        self, conn: AsyncConnection, store: SqlStore, direct: DirectSqlite | None = None
+    ) -> None:
         self.conn = conn
         self.store = store
+        self.direct = direct
         self._pending: dict[str, list[dict[str, Any]]] = {}
         self._after: list[Callable[[], Awaitable[None] | None]] = []
 
@@ -184,11 +194,22 @@ class SqlTx:
     async def flush(self) -> None:
         pending, self._pending = self._pending, {}
         for name, rows in pending.items():
-            await self.conn.execute(_INSERTS[name], rows)
+            if self.direct is not None:
+                self.direct.insert_many(_INSERTS[name], rows)
+            else:
+                await self.conn.execute(_INSERTS[name], rows)
 
     async def _exec(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
         if self._pending:
             await self.flush()
+        return await self.conn.execute(stmt, params)
+
+    async def _exec_built(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """Run a statement built once (never one built per call: each is compiled and kept)."""
+        if self._pending:
+            await self.flush()
+        if self.direct is not None:
+            return self.direct.execute(stmt, params)
         return await self.conn.execute(stmt, params)
 
     # -- generic records --------------------------------------------------------------------
@@ -200,7 +221,9 @@ class SqlTx:
         stmt = _GETS[name]
         if for_update:
             stmt = self.store.lock_row(stmt)
-        row = (await self._exec(stmt, {"_key": key})).first()
+        # A row lock builds a new statement (PostgreSQL): only the one built once runs directly.
+        run = self._exec_built if stmt is _GETS[name] else self._exec
+        row = (await run(stmt, {"_key": key})).mappings().first()
         return None if row is None else _row_to(name, row)
 
     async def update(self, name: str, key: str, **values: Any) -> int:
@@ -211,7 +234,7 @@ class SqlTx:
             stmt = _update_by_id(name, tuple(values))
             params = {f"_v_{col}": v for col, v in values.items()}
             params["_key"] = key
-            result = await self._exec(stmt, params)
+            result = await self._exec_built(stmt, params)
         return int(result.rowcount)
 
     async def delete(self, name: str, key: str) -> int:
@@ -232,7 +255,7 @@ class SqlTx:
             stmt = stmt.order_by(*order_by)
         if limit is not None:
             stmt = stmt.limit(limit)
-        return [_row_to(name, row) for row in (await self._exec(stmt)).all()]
+        return [_row_to(name, row) for row in (await self._exec(stmt)).mappings().all()]
 
     def table(self, name: str) -> Any:
         return _RECORDS[name][0]
@@ -326,7 +349,7 @@ class SqlTx:
             .join(s.tokens, s.tokens.c.principal_id == s.principals.c.id)
             .where(s.tokens.c.hash == token_hash, s.tokens.c.revoked_at.is_(None))
         )
-        row = (await self._exec(stmt)).first()
+        row = (await self._exec(stmt)).mappings().first()
         return None if row is None else _row_to("principals", row)
 
     async def revoke_tokens(self, principal_id: str, at: datetime) -> int:
@@ -441,9 +464,8 @@ class SqlTx:
 
     # -- channels ---------------------------------------------------------------------------
     async def channel_members(self, channel_id: str) -> list[str]:
-        cm = s.channel_members.c
-        stmt = select(cm.member_id).where(cm.channel_id == channel_id).order_by(cm.position)
-        return [r[0] for r in (await self._exec(stmt)).all()]
+        rows = (await self._exec_built(prepared.CHANNEL_MEMBERS, {"_channel": channel_id})).all()
+        return [r[0] for r in rows]
 
     async def get_channel(self, channel_id: str, *, for_update: bool = False) -> Channel | None:
         channel: Channel | None = await self.get("channels", channel_id, for_update=for_update)
@@ -482,16 +504,10 @@ class SqlTx:
     ) -> int:
         """Take the next message position of a channel (under its row lock); a trigger message
         also becomes the channel's latest trigger in the same statement."""
-        c = s.channels.c
-        values: dict[str, Any] = {
-            "last_seq": c.last_seq + 1,
-            "last_activity": now or datetime.now(UTC),
-        }
+        params = {"_channel": channel_id, "_now": now or datetime.now(UTC)}
         if trigger_id is not None:
-            values["last_trigger_id"] = trigger_id
-        result = await self._exec(
-            update(s.channels).where(c.id == channel_id).values(**values).returning(c.last_seq)
-        )
+            params["_trigger"] = trigger_id
+        result = await self._exec_built(prepared.NEXT_SEQ[trigger_id is not None], params)
         return int(result.scalar_one())
 
     async def claim_channel_seq(
@@ -502,7 +518,7 @@ class SqlTx:
         cancelled; None otherwise. Check and claim are one statement under the channel's row
         lock: this is the linearisation point of supersede (C10)."""
         params = {"_channel": channel_id, "_trigger": trigger_id, "_task": task_id, "_now": now}
-        seq = (await self._exec(_CLAIM_SEQ, params)).scalar()
+        seq = (await self._exec_built(_CLAIM_SEQ, params)).scalar()
         return None if seq is None else int(seq)
 
     async def last_trigger_id(self, channel_id: str) -> str | None:
@@ -532,21 +548,57 @@ class SqlTx:
         limit: int = 500,
         max_bytes: int | None,
     ) -> Page[ChannelMessage]:
-        cm = s.channel_messages.c
-        where: list[Any] = [cm.channel_id == channel_id]
-        if after_seq is not None:
-            where.append(cm.seq > after_seq)
         # The latest messages are chosen newest first and returned in channel order.
         newest = latest is not None
-        page = await self._page(
-            "channel_messages",
-            where,
-            key="seq",
-            limit=latest if latest is not None else limit,
-            max_bytes=max_bytes,
-            descending=newest,
-        )
+        count = latest if latest is not None else limit
+        if max_bytes is None:
+            # The hot path of every prompt: one statement built once, limit + 1 rows.
+            stmt = prepared.CHANNEL_ROWS[(after_seq is not None, newest)]
+            params = {"_channel": channel_id, "_after": after_seq, "_limit": count + 1}
+            rows = (await self._exec_built(stmt, params)).mappings().all()
+            found = [_row_to("channel_messages", row) for row in rows]
+            page = Page(found[:count], len(found) > count)
+        else:
+            cm = s.channel_messages.c
+            where: list[Any] = [cm.channel_id == channel_id]
+            if after_seq is not None:
+                where.append(cm.seq > after_seq)
+            page = await self._page(
+                "channel_messages",
+                where,
+                key="seq",
+                limit=count,
+                max_bytes=max_bytes,
+                descending=newest,
+            )
         return Page(page.rows[::-1], page.more) if newest else page
+
+    async def speaker_sources(
+        self, meeting_channel_id: str, agent_id: str, work_channel_id: str | None, latest: int
+    ) -> SpeakerSources:
+        params = {
+            "_meeting_channel": meeting_channel_id,
+            "_work_channel": work_channel_id,
+            "_agent": agent_id,
+            "_latest": latest,
+        }
+        # A compound select keeps no order of its own: each row carries its part and position.
+        rows = sorted(
+            (await self._exec_built(prepared.SPEAKER_SOURCES, params)).all(),
+            key=lambda r: (r[0], r[1]),
+        )
+        return SpeakerSources(
+            channel_members=[r[2] for r in rows if r[0] == 0],
+            work=[(r[2], r[3]) for r in rows if r[0] == 1],
+            mail=[(r[2], r[3], r[4]) for r in rows if r[0] == 2],
+        )
+
+    async def count_meeting_turn(
+        self, meeting_id: str, *, spoke: bool, round_number: int
+    ) -> Meeting | None:
+        params = {"_key": meeting_id, "_spoke": int(spoke), "_round": round_number}
+        row = (await self._exec_built(prepared.COUNT_TURN, params)).mappings().first()
+        return None if row is None else _row_to("meetings", row)
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
         c = s.sessions.c
@@ -674,10 +726,10 @@ class SqlStore:
         results: list[Any] = []
         afters: list[Callable[[], Awaitable[None] | None]] = []
         try:
-            async with self._write_connection() as conn, conn.begin():
+            async with self._write_connection() as conn, self._write_transaction(conn):
                 # One transaction object for the whole batch, so the buffered inserts of all
                 # its jobs go out as one executemany per table.
-                tx = SqlTx(conn, self)
+                tx = self._writer_tx(conn)
                 for job, _ in batch:
                     results.append(await job(tx))
                 await tx.flush()
@@ -713,6 +765,16 @@ class SqlStore:
             err.__cause__ = exc
             return err
         return exc
+
+    def _write_transaction(
+        self, conn: AsyncConnection
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Begins a write batch's transaction on ``conn``; commits it, or rolls it back on error."""
+        return conn.begin()
+
+    def _writer_tx(self, conn: AsyncConnection) -> SqlTx:
+        """The transaction object of a write batch on ``conn``."""
+        return SqlTx(conn, self)
 
     @contextlib.asynccontextmanager
     async def _write_connection(self) -> AsyncIterator[AsyncConnection]:

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from parley.adapters.store import migrate
 from parley.adapters.store import schema as s
 from parley.adapters.store.sql import SqlStore, SqlTx
-from parley.adapters.store.sqlite_inline import inline_creator
+from parley.adapters.store.sqlite_direct import DirectSqlite
+from parley.adapters.store.sqlite_inline import InlineConnection, inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
 from parley.private_files import PRIVATE_DIR, PRIVATE_FILE, restrict, touch_private
 
@@ -51,7 +53,10 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _begin_immediate(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # A write batch begins its transaction on the sqlite3 connection itself (see
+    # SqliteStore._write_transaction); a statement SQLAlchemy runs in it joins that transaction.
+    if not conn.connection.driver_connection.in_transaction:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _begin_deferred(conn: Any) -> None:
@@ -86,6 +91,9 @@ class SqliteStore(SqlStore):
         self._writer_conn: AsyncConnection | None = None
         self._checkpointer: asyncio.Task[None] | None = None
         self._inbox_seq: dict[str, int] = {}
+        # Whether the writer runs its statements built once directly (see sqlite_direct).
+        self.direct_statements = True
+        self._direct: DirectSqlite | None = None
 
     def _files(self) -> list[Path]:
         """The database file and the files SQLite and this store keep beside it."""
@@ -145,6 +153,7 @@ class SqliteStore(SqlStore):
             with contextlib.suppress(Exception):
                 await self._writer_conn.close()
             self._writer_conn = None
+        self._direct = None
         if self._write_engine is not None:
             await self._write_engine.dispose()
             self._write_engine = None
@@ -190,6 +199,49 @@ class SqliteStore(SqlStore):
         if conn is None or conn.closed or conn.invalidated:
             conn = self._writer_conn = await self._write_engine.connect()
         yield conn
+
+    def _driver(self, conn: AsyncConnection) -> sqlite3.Connection:
+        driver = conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
+        assert isinstance(driver, InlineConnection)
+        return driver._conn
+
+    @contextlib.asynccontextmanager
+    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        # BEGIN and COMMIT on the sqlite3 connection: through SQLAlchemy they cost a statement's
+        # overhead each. A statement SQLAlchemy runs inside starts its own transaction object
+        # (the begin listener sees SQLite's transaction open), which then ends this one.
+        if not self.direct_statements:
+            async with conn.begin():
+                yield
+            return
+        raw = self._driver(conn)
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction():
+                await conn.rollback()
+            raw.rollback()
+            raise
+        if conn.in_transaction():
+            await conn.commit()
+        try:
+            raw.commit()
+        except sqlite3.Error as exc:
+            raw.rollback()
+            raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
+
+    def _writer_tx(self, conn: AsyncConnection) -> SqlTx:
+        if not self.direct_statements:
+            return SqlTx(conn, self)
+        raw = self._driver(conn)
+        # A replaced writer connection gets a runner of its own.
+        if self._direct is None or self._direct.conn is not raw:
+            self._direct = DirectSqlite(raw, conn.dialect)
+        return SqlTx(conn, self, self._direct)
 
     async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
         # This process is the only writer of the file (see the lock above), so the inbox

@@ -115,6 +115,10 @@ class InlineConnection:
     def isolation_level(self, value: str | None) -> None:
         self._conn.isolation_level = value  # type: ignore[assignment]
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
     def cursor(self) -> InlineCursor:
         return InlineCursor(self._conn.cursor())
 

@@ -1,10 +1,12 @@
 """The hub's agent tools, defined once: the MCP server offers them to connected agents, and the
 ``openai`` and ``anthropic`` runtimes offer them to their models through function calling."""
 
-from parley.service.tools import channels, invitations, mail
+from parley.service.tools import channels, invitations, mail, rooms, workers
 from parley.service.tools.registry import AgentTool, ToolCall, by_name, compact_schema
 
-AGENT_TOOLS: dict[str, AgentTool] = by_name(mail.TOOLS, channels.TOOLS, invitations.TOOLS)
+AGENT_TOOLS: dict[str, AgentTool] = by_name(
+    mail.TOOLS, channels.TOOLS, invitations.TOOLS, rooms.TOOLS, workers.TOOLS
+)
 """Every agent tool by name, in the order MCP clients list them."""
 
 __all__ = ["AGENT_TOOLS", "AgentTool", "ToolCall", "compact_schema"]

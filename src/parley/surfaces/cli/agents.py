@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from parley.surfaces.cli.output import (
     console,
     emit,
     fields,
+    json_object,
     print_json,
     state,
     table,
@@ -44,16 +44,7 @@ AcceptFrom = Annotated[
 
 def runtime_config(kind: str | None, raw: str | None) -> dict[str, Any] | None:
     """The runtime block of an agent from ``--runtime`` and ``--runtime-json``."""
-    runtime: dict[str, Any] = {}
-    if raw:
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            hint = "--runtime-json"
-            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=hint) from None
-        if not isinstance(parsed, dict):
-            raise typer.BadParameter("must be a JSON object", param_hint="--runtime-json")
-        runtime = parsed
+    runtime = json_object(raw, "--runtime-json") if raw else {}
     if kind is not None:
         if kind not in RUNTIME_KINDS:
             raise typer.BadParameter(

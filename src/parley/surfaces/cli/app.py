@@ -12,7 +12,18 @@ import typer
 from typer.core import TyperGroup
 
 from parley import __version__
-from parley.surfaces.cli import agents, channels, discuss, events, extras, mail, mailroom, serve
+from parley.surfaces.cli import (
+    agents,
+    channels,
+    discuss,
+    events,
+    extras,
+    mail,
+    mailroom,
+    rooms,
+    serve,
+    workers,
+)
 from parley.surfaces.cli.client import CliFailure
 from parley.surfaces.cli.output import State, print_error
 
@@ -31,7 +42,10 @@ class ParleyGroup(TyperGroup):
 app = typer.Typer(
     name="parley",
     cls=ParleyGroup,
-    help="parley: a coordination hub for AI agent sessions (mail, channels, discussions).",
+    help=(
+        "parley: a coordination hub for AI agent sessions (mail, channels, discussions, rooms, "
+        "workers)."
+    ),
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
@@ -88,6 +102,8 @@ app.add_typer(channels.task_app, name="task")
 app.add_typer(channels.invitation_app, name="invitation")
 app.add_typer(discuss.discuss_app, name="discuss")
 app.add_typer(discuss.group_app, name="group")
+app.add_typer(rooms.room_app, name="room")
+app.add_typer(workers.worker_app, name="worker")
 
 
 def main() -> None:

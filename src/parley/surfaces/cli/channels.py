@@ -11,6 +11,7 @@ from parley.surfaces.cli.output import (
     JsonFlag,
     client,
     console,
+    ctrl_c_stops_watching,
     emit,
     fields,
     table,
@@ -251,10 +252,8 @@ def watch(
 ) -> None:
     """Follow a channel live (Ctrl+C stops); --json prints one JSON event per line."""
     view = TranscriptView(console, machine=wants_json(ctx, as_json))
-    try:
+    with ctrl_c_stops_watching():
         watch_channel(client(ctx), channel_id, view, follow=follow, latest=latest)
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
 
 
 @task_app.command("show")

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 ClientKind = Literal["claude-code", "codex", "generic"]
 CLIENTS: tuple[str, ...] = get_args(ClientKind)
-PROFILES = ("default", "mail", "discuss")
+PROFILES = ("default", "mail", "discuss", "rooms", "workers")
 SERVER_NAME = "parley"
 TOKEN_VAR = "PARLEY_TOKEN"
 # Longer than the longest wait_for_mail / wait_for_turn the hub accepts (300 s).

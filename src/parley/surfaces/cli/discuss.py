@@ -13,6 +13,7 @@ from parley.surfaces.cli.output import (
     JsonFlag,
     client,
     console,
+    ctrl_c_stops_watching,
     emit,
     fields,
     print_json_line,
@@ -61,7 +62,7 @@ def follow_channel(
     task_id: str | None = None,
 ) -> None:
     view = TranscriptView(console, machine=wants_json(ctx, as_json))
-    try:
+    with ctrl_c_stops_watching():
         finished = watch_channel(
             client(ctx),
             channel_id,
@@ -71,8 +72,6 @@ def follow_channel(
             after=after,
             task_id=task_id,
         )
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
     if finished is None and not follow and not view.machine:
         console.print("[dim]no discussion is running; --follow keeps watching[/dim]")
 

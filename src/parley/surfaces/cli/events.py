@@ -12,6 +12,7 @@ from parley.surfaces.cli.output import (
     JsonFlag,
     client,
     console,
+    ctrl_c_stops_watching,
     emit,
     print_json_line,
     table,
@@ -49,15 +50,13 @@ def events(
     for ev in rows:
         last = ev["id"]
         show_event(ev, machine)
-    try:
+    with ctrl_c_stops_watching():
         for item in hub.stream("/v1/events/stream", last_id=last):
             if item.event != "event":
                 continue
             ev = item.json()
             if matches(ev, type_, subject, actor):
                 show_event(ev, machine)
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
 
 
 def matches(ev: dict[str, Any], type_: str | None, subject: str | None, actor: str | None) -> bool:

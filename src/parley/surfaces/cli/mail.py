@@ -18,6 +18,7 @@ from parley.surfaces.cli.output import (
     age,
     client,
     console,
+    ctrl_c_stops_watching,
     emit,
     fields,
     print_json_line,
@@ -324,7 +325,7 @@ def watch(
     if not machine:
         console.print(f"[dim]watching the inbox of {owner}; Ctrl+C stops[/dim]")
     last = str(after) if after is not None else None
-    try:
+    with ctrl_c_stops_watching():
         for event in hub.stream(f"/v1/agents/{owner}/inbox/stream", last_id=last):
             if event.event != "mail":
                 continue
@@ -338,5 +339,3 @@ def watch(
             line.append(f"from {m.get('from_id')}: {m.get('subject') or '(no subject)'} ")
             line.append(f"[{m.get('status')}] {m['id']}", style="dim")
             console.print(line)
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None

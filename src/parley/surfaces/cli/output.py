@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -61,6 +62,40 @@ def emit(ctx: typer.Context, as_json: bool, data: Any, render: Callable[[Any], N
         print_json(data)
     else:
         render(data)
+
+
+def emit_parts(
+    ctx: typer.Context, as_json: bool, parts: Mapping[str, tuple[Any, Callable[[Any], None]]]
+) -> None:
+    """Print several parts as one JSON object keyed by their names when asked, else each part
+    through its own renderer, in order."""
+    data = {name: value for name, (value, _) in parts.items()}
+
+    def render(_: Any) -> None:
+        for value, render_part in parts.values():
+            render_part(value)
+
+    emit(ctx, as_json, data, render)
+
+
+@contextmanager
+def ctrl_c_stops_watching() -> Iterator[None]:
+    """Ctrl-C ends a live view quietly (exit status 0); what it watched goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+def json_object(raw: str, param_hint: str) -> dict[str, Any]:
+    """An option's value parsed as a JSON object, or a usage error that names the option."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=param_hint) from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=param_hint)
+    return parsed
 
 
 def print_json(data: Any) -> None:

@@ -37,6 +37,33 @@ def task_state(task: dict[str, Any]) -> str:
     return f"{head} running: round {task.get('current_round', 0)}/{task.get('rounds')} · {members}"
 
 
+class Spinner:
+    """A status line that spins while a live view runs, on a terminal only (never in machine
+    mode, nor when the output is piped)."""
+
+    def __init__(self, console: Console, waiting: str, *, machine: bool) -> None:
+        self.console = console
+        self.waiting = waiting
+        self.machine = machine
+        self._status: Status | None = None
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        if not self.machine and self.console.is_terminal:
+            self._status = self.console.status(self.waiting)
+            self._status.start()
+        try:
+            yield
+        finally:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+
+    def update(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(text)
+
+
 class TranscriptView:
     """Prints messages and task changes; a spinner shows the running task on a terminal."""
 
@@ -44,19 +71,12 @@ class TranscriptView:
         self.console = console
         self.machine = machine
         self.seen: set[str] = set()
-        self._status: Status | None = None
+        self.spinner = Spinner(console, "waiting for messages…", machine=machine)
 
     @contextmanager
     def live(self) -> Iterator[TranscriptView]:
-        if not self.machine and self.console.is_terminal:
-            self._status = self.console.status("waiting for messages…")
-            self._status.start()
-        try:
+        with self.spinner.running():
             yield self
-        finally:
-            if self._status is not None:
-                self._status.stop()
-                self._status = None
 
     def message(self, m: dict[str, Any]) -> None:
         if m["id"] in self.seen:
@@ -83,8 +103,7 @@ class TranscriptView:
         state = task_state(t)
         style = "yellow" if t.get("status") != "finished" else "bold yellow"
         self.console.print(Text(f"── {state}", style=style))
-        if self._status is not None:
-            self._status.update(state if t.get("status") != "finished" else "waiting…")
+        self.spinner.update(state if t.get("status") != "finished" else "waiting…")
 
 
 def print_backlog(view: TranscriptView, hub: HubClient, channel_id: str, latest: int) -> int:

@@ -35,10 +35,14 @@ you are; no argument can make you speak as someone else. Start with whoami. Hand
 check_inbox, read_message and update_message; block on wait_for_mail or wait_for_turn instead \
 of polling. In a discussion: wait_for_turn, then speak (or no_reply) before the deadline; end a \
 reply with [[DISCUSSION_DONE]] to vote to end. Only the initiator finishes it: write the summary \
-file in your workspace, then discuss_callback. A refused call returns an error that starts with \
-a stable code (e.g. 'message_forbidden: …') and says what to do instead."""
+file in your workspace, then discuss_callback. In a meeting room: once summoned, \
+wait_for_turn and speak each turn (no tools, within the hard limit), then your minutes when \
+asked; stop_meeting needs no room id. As a child worker, your task arrives as a turn: answer it \
+with speak or report_result. A refused call returns an error that starts with a stable code \
+(e.g. 'message_forbidden: …') and says what to do instead."""
 
-# Which tools each profile offers, in the order clients list them; "default" offers them all.
+# Which tools each profile offers, in the order clients list them; "default" offers all but the
+# worker tools.
 IDENTITY_TOOLS = ("whoami",)
 MAIL_TOOLS = (
     "send_message",
@@ -57,13 +61,33 @@ INVITATION_TOOLS = (
     "decline_invitation",
 )
 TURN_TOOLS = ("wait_for_turn", "speak", "no_reply")
+ROOM_TOOLS = (
+    "join_room",
+    "leave_room",
+    "convene",
+    "meeting_status",
+    "stop_meeting",
+    "post_brief",
+    "mark_done",
+)
+WORKER_TOOLS = (
+    "spawn_child",
+    "report_result",
+    "cancel_worker",
+    "takeover",
+    "topology",
+    "worker_status",
+    "heartbeat",
+    "read_artifact",
+)
 PROFILES: dict[str, tuple[str, ...]] = {
     "default": IDENTITY_TOOLS
     + MAIL_TOOLS
     + CHANNEL_TOOLS
     + DISCUSSION_TOOLS
     + INVITATION_TOOLS
-    + TURN_TOOLS,
+    + TURN_TOOLS
+    + ROOM_TOOLS,
     "mail": IDENTITY_TOOLS + MAIL_TOOLS,
     # wait_for_mail too: an initiator learns from an inbox notice that the rounds have ended
     # and that it should now write the summary (and an invitee, that it was invited).
@@ -73,6 +97,15 @@ PROFILES: dict[str, tuple[str, ...]] = {
     + INVITATION_TOOLS
     + TURN_TOOLS
     + ("wait_for_mail",),
+    # A remote member's meeting turns (speeches, then its minutes) come through wait_for_turn
+    # and are answered with speak; its minutes also arrive as mail, which wait_for_mail returns.
+    "rooms": IDENTITY_TOOLS + ROOM_TOOLS + TURN_TOOLS + ("wait_for_mail",),
+    # Not in "default", whose descriptions would pass their token budget with them. A child
+    # takes its task-dispatch turn with wait_for_turn and answers it with speak (or
+    # report_result); a parent finds its children's task-results in its inbox.
+    "workers": IDENTITY_TOOLS
+    + WORKER_TOOLS
+    + ("wait_for_turn", "speak", "check_inbox", "wait_for_mail"),
 }
 
 

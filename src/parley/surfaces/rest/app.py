@@ -29,6 +29,7 @@ from parley.surfaces.rest.routers import (
     rooms,
     streams,
     turns,
+    workers,
 )
 
 DESCRIPTION = """\
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         turns,
         metrics,
         rooms,
+        workers,
     ):
         app.include_router(module.router)
     # Around every route, /mcp included: authenticate before any body byte is read, bound the

@@ -18,6 +18,7 @@ STREAM_ROUTES = frozenset(
         "/v1/channels/{channel_id}/stream",
         "/v1/events/stream",
         "/v1/rooms/meetings/{meeting_id}/stream",
+        "/v1/workers/{worker_id}/stream",
     }
 )
 """The server-sent event routes, the only ones that accept ``?token=``."""

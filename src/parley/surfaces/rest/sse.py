@@ -69,10 +69,12 @@ def stream(
     order: Sortable,
     on_sent: Callable[[list[SseItem]], Awaitable[None]] | None = None,
     allow_equal: Callable[[SseItem], bool] | None = None,
+    until: Callable[[SseItem], bool] | None = None,
     ping_s: int = 15,
 ) -> EventSourceResponse:
     """Stream backfill then live items, skipping any at or before the last id sent (items for
-    which ``allow_equal`` is true may share the last id, e.g. status updates)."""
+    which ``allow_equal`` is true may share the last id, e.g. status updates). The stream ends
+    after an item for which ``until`` is true (e.g. the last state of something that ended)."""
     sub = bus.subscribe(topics)
     subscribers = request.app.state.hub.ctx.metrics.sse_subscribers
 
@@ -97,6 +99,8 @@ def stream(
                     last = item.id
                     sent.append(item)
                     yield {"id": item.id, "event": item.event, "data": json.dumps(item.data)}
+                    if until is not None and until(item):
+                        return
                 if sent and on_sent is not None:
                     await on_sent(sent)
                 # The next page only now that this one is out; live events wait in the

@@ -1,0 +1,219 @@
+"""A command-line agent's child process: its own process group, its pipes, and how it is stopped.
+
+Each child starts in a new session (its own process group), so stopping it stops everything it
+started: SIGTERM to the group, SIGKILL after a grace period, then the pipes drain and the
+process is reaped. ``stop`` may be called from anywhere, many times; it always finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from parley.core.errors import RuntimeFailure
+
+TAIL_CHARS = 2000
+"""How much of a child's stderr a failure carries."""
+MESSAGE_TAIL_CHARS = 500
+"""How much of it goes into the failure's message (the task's error text)."""
+_STDERR_KEEP = 16 * 1024
+_REAP_S = 5.0
+_DRAIN_S = 1.0
+
+
+def json_event(raw: str | bytes) -> dict[str, Any] | None:
+    """The JSON object on one output line, or None for anything else (debug noise)."""
+    line = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def json_events(lines: Iterable[str | bytes]) -> Iterable[dict[str, Any]]:
+    """The JSON objects among ``lines``; other output is skipped."""
+    for raw in lines:
+        event = json_event(raw)
+        if event is not None:
+            yield event
+
+
+def exit_note(code: int | None, stderr_tail: str) -> str:
+    """The exit status and stderr tail as a clause for a failure message: the real cause of a
+    failed turn is usually there, and the message is what the task's error keeps."""
+    parts = [] if code is None else [f"exit status {code}"]
+    tail = stderr_tail.strip()[-MESSAGE_TAIL_CHARS:]
+    if tail:
+        parts.append(f"stderr: {tail}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+class ChildProcess:
+    """One running child, its process group, and what it wrote.
+
+    With ``on_line`` every complete stdout line is handed to it as it arrives; with
+    ``keep_stdout`` the whole stdout is also kept for :meth:`stdout_text` (a one-shot turn). A
+    long-lived child gives ``keep_stdout=False`` so its memory stays bounded.
+    """
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        *,
+        kill_grace_s: float,
+        on_line: Callable[[bytes], None] | None,
+        keep_stdout: bool,
+    ) -> None:
+        self.proc = proc
+        self.kill_grace_s = kill_grace_s
+        self.interrupt: bytes | None = None
+        """Written to stdin before any signal when the child is stopped (Claude Code)."""
+        self._on_line = on_line
+        self._keep_stdout = keep_stdout
+        self._stdout = bytearray()
+        self._partial = bytearray()
+        self._stderr = bytearray()
+        self.exited: asyncio.Future[int] = asyncio.ensure_future(proc.wait())
+        self._stdout_reader = asyncio.ensure_future(self._pump_stdout())
+        self._readers = [self._stdout_reader, asyncio.ensure_future(self._pump_stderr())]
+        self._stopping: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        kill_grace_s: float,
+        on_line: Callable[[bytes], None] | None = None,
+        keep_stdout: bool = True,
+    ) -> ChildProcess:
+        """Start ``argv`` in its own process group with piped stdin, stdout and stderr."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                # Its own process group, so a timeout can stop everything it started.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RuntimeFailure(
+                f"cannot start command {list(argv)!r} in {cwd!r}: {exc}; "
+                "check the agent's runtime argv (or executable) and cwd",
+                reason="error",
+            ) from exc
+        return cls(proc, kill_grace_s=kill_grace_s, on_line=on_line, keep_stdout=keep_stdout)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def send(self, data: bytes) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        # A child that exits without reading its input is judged by its exit status instead.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            await stdin.drain()
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self.exited)
+
+    async def drained(self) -> None:
+        """Wait (briefly) until stdout reached its end, so every line written before the exit
+        has been handed to ``on_line``."""
+        await asyncio.wait({self._stdout_reader}, timeout=_DRAIN_S)
+
+    def stdout_text(self) -> str:
+        return self._stdout.decode("utf-8", "replace")
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode("utf-8", "replace")[-TAIL_CHARS:]
+
+    def failure_details(self) -> dict[str, Any]:
+        """The exit status (None while it runs) and stderr tail, for a failure's details."""
+        return {"exit_code": self.returncode, "stderr_tail": self.stderr_tail()}
+
+    async def stop(self) -> None:
+        """Stop the whole process group and reap it; safe to call many times, from anywhere."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        # Shielded: a caller cancelled mid-stop must not leave the group half-killed.
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        if self.proc.returncode is None and self.interrupt is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.send(self.interrupt), self.kill_grace_s)
+            self.close_stdin()
+            await self._wait_exit(self.kill_grace_s)
+        if self.proc.returncode is None:
+            self._signal_group(signal.SIGTERM)
+            await self._wait_exit(self.kill_grace_s)
+        # Always, even after a clean exit: nothing the child started may outlive it.
+        self._signal_group(signal.SIGKILL)
+        await self._wait_exit(_REAP_S)
+        self.close_stdin()
+        done, pending = await asyncio.wait(self._readers, timeout=_DRAIN_S)
+        for reader in pending:
+            # Something outside the group still holds the pipe open; stop reading it.
+            reader.cancel()
+        if pending:
+            transport = getattr(self.proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        for reader in done:
+            reader.exception()
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    async def _wait_exit(self, timeout: float) -> None:
+        await asyncio.wait({self.exited}, timeout=timeout)
+
+    async def _pump_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := await self.proc.stdout.read(65536):
+            if self._keep_stdout:
+                self._stdout.extend(chunk)
+            if self._on_line is not None:
+                self._split_lines(chunk)
+
+    def _split_lines(self, chunk: bytes) -> None:
+        assert self._on_line is not None
+        self._partial.extend(chunk)
+        start = 0
+        while (end := self._partial.find(b"\n", start)) != -1:
+            self._on_line(bytes(self._partial[start:end]))
+            start = end + 1
+        del self._partial[:start]
+
+    async def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := await self.proc.stderr.read(65536):
+            self._stderr.extend(chunk)
+            if len(self._stderr) > _STDERR_KEEP:
+                del self._stderr[: len(self._stderr) - _STDERR_KEEP]

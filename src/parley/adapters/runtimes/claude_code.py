@@ -1,0 +1,318 @@
+"""Claude Code in bidirectional stream-json mode: its command line, its frames, its output.
+
+``claude -p --input-format stream-json --output-format stream-json --verbose`` reads user
+messages as NDJSON frames on stdin and answers each with NDJSON events on stdout: ``system``
+(subtype ``init``, with ``session_id``, ``tools`` and ``model``), ``assistant`` messages with
+content blocks, ``user`` tool results, and one final ``result`` (``subtype``, ``is_error``,
+``result``, ``usage``, ``total_cost_usd``, ``duration_ms``, ``num_turns``). It then waits for
+the next frame, so one process can hold a session for many turns (:class:`LiveClaude`). A
+``control_request`` of subtype ``interrupt`` ends the running turn with a ``result`` of subtype
+``error_during_execution`` and leaves the process ready for the next frame. ``--resume=<id>``
+continues a session whose process is gone; an id Claude Code does not know makes it print an
+error result ("No conversation found with session ID: …") and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from parley.adapters.runtimes.child import ChildProcess, exit_note, json_event, json_events
+from parley.adapters.runtimes.race import ProviderReply
+from parley.core.errors import RuntimeFailure
+from parley.core.runtime import CancelSignal, Usage
+
+CLAUDE_SESSION_KEY = "claude_session_id"
+STALE_SESSION_MARK = "No conversation found with session ID"
+"""What Claude Code says when ``--resume`` names a session it does not have."""
+_DETAIL_CHARS = 2000
+
+_CLAUDE_STOP_SUBTYPES = frozenset(
+    {"error_max_turns", "error_max_budget_usd", "error_max_structured_output_retries"}
+)
+
+
+def claude_code_argv(
+    *,
+    executable: str = "claude",
+    model: str | None = None,
+    resume: str | None = None,
+    permission_mode: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The command line of Claude Code in bidirectional stream-json mode.
+
+    stream-json output requires ``--verbose``. ``--resume=<session id>`` binds the id to the
+    flag, so an id can never be read as another flag.
+    """
+    argv = [
+        executable,
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--verbose",
+    ]
+    if model:
+        argv += ["--model", model]
+    if permission_mode:
+        argv += ["--permission-mode", permission_mode]
+    argv += list(extra_args)
+    if resume:
+        argv.append(f"--resume={resume}")
+    return argv
+
+
+def claude_user_frame(text: str) -> bytes:
+    """One user message for Claude Code's stream-json input, as an NDJSON line."""
+    frame = {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+    }
+    return (json.dumps(frame, ensure_ascii=False) + "\n").encode()
+
+
+def claude_interrupt_frame(request_id: str) -> bytes:
+    """The control request that asks Claude Code to stop the running turn; it then ends the
+    turn with a ``result`` of subtype ``error_during_execution`` and keeps the session."""
+    frame = {
+        "type": "control_request",
+        "request_id": request_id,
+        "request": {"subtype": "interrupt"},
+    }
+    return (json.dumps(frame) + "\n").encode()
+
+
+def parse_claude_stream(lines: Iterable[str | bytes]) -> ProviderReply:
+    """The reply in Claude Code's stream-json output (see :func:`claude_reply`)."""
+    return claude_reply(json_events(lines))
+
+
+def claude_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
+    """The final ``result`` event's text, usage and ``session_id`` (kept for ``--resume``).
+
+    Raises :class:`RuntimeFailure` when no ``result`` arrived, or the result is an error
+    (``is_error``, or a subtype other than ``success``): a limit reached is a non-completed
+    stop (reason ``stop_reason``), anything else reason ``error``. An unknown ``--resume`` id
+    is marked ``stale_session`` in the details.
+    """
+    session_id: str | None = None
+    result: dict[str, Any] | None = None
+    for event in events:
+        session_id = event.get("session_id") or session_id
+        if event.get("type") == "result":
+            result = event
+    if result is None:
+        raise RuntimeFailure(
+            "Claude Code ended without a result event", reason="error", session_id=session_id
+        )
+    subtype = str(result.get("subtype", ""))
+    if result.get("is_error") or subtype != "success":
+        raise _result_failure(result, subtype, session_id)
+    usage = result.get("usage") or {}
+    timings: dict[str, float] = {}
+    if isinstance(result.get("duration_ms"), int | float):
+        timings["cli_duration_ms"] = float(result["duration_ms"])
+    return ProviderReply(
+        text=str(result.get("result") or ""),
+        usage=Usage(
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+        ),
+        runtime_state={CLAUDE_SESSION_KEY: session_id} if session_id else None,
+        timings=timings,
+    )
+
+
+def _result_failure(result: dict[str, Any], subtype: str, session_id: str | None) -> RuntimeFailure:
+    errors = [str(e) for e in result.get("errors") or ()]
+    detail = str(result.get("result") or "; ".join(errors) or "no detail given")[:_DETAIL_CHARS]
+    if subtype in _CLAUDE_STOP_SUBTYPES:
+        message = f"Claude Code stopped before finishing the turn ({subtype!r}): {detail}"
+    elif subtype == "success":
+        # is_error with subtype "success" is how Claude Code reports an API error.
+        message = f"Claude Code reported an error: {detail}"
+    else:
+        message = f"Claude Code reported an error ({subtype!r}): {detail}"
+    details: dict[str, Any] = {"session_id": session_id}
+    if result.get("api_error_status") is not None:
+        details["api_error_status"] = result["api_error_status"]
+    if any(STALE_SESSION_MARK in text for text in (detail, *errors)):
+        details["stale_session"] = True
+    return RuntimeFailure(
+        message,
+        reason="stop_reason" if subtype in _CLAUDE_STOP_SUBTYPES else "error",
+        stop_reason=subtype,
+        **details,
+    )
+
+
+def is_stale_session(failure: RuntimeFailure) -> bool:
+    """Whether ``failure`` says the ``--resume`` id named a session Claude Code does not have."""
+    if failure.details.get("stale_session"):
+        return True
+    return STALE_SESSION_MARK in str(failure.details.get("stderr_tail") or "")
+
+
+class LiveClaude:
+    """One Claude Code process holding one logical session across turns: a user frame in on
+    stdin per turn, NDJSON events out until the turn's ``result``, and an interrupt that ends
+    the running turn while the process and its session go on."""
+
+    def __init__(self, *, kill_grace_s: float, resumed_from: str | None) -> None:
+        self.kill_grace_s = kill_grace_s
+        self.resumed_from = resumed_from
+        """The session id given with ``--resume`` when the process started, if any."""
+        self.session_id: str | None = resumed_from
+        self.last_used = 0.0
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self._child: ChildProcess | None = None
+        # Events since the last turn ended; an error result printed at start-up (an unknown
+        # --resume id) lands here before any frame is sent and answers the first turn.
+        self._events: list[dict[str, Any]] = []
+        self._result: asyncio.Future[None] | None = None
+        self._in_turn = False
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        kill_grace_s: float,
+        resumed_from: str | None,
+    ) -> LiveClaude:
+        live = cls(kill_grace_s=kill_grace_s, resumed_from=resumed_from)
+        live._child = await ChildProcess.start(
+            argv,
+            cwd=cwd,
+            env=env,
+            kill_grace_s=kill_grace_s,
+            on_line=live._on_line,
+            keep_stdout=False,
+        )
+        return live
+
+    @property
+    def child(self) -> ChildProcess:
+        assert self._child is not None
+        return self._child
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the next turn may be sent to this process: it runs and no turn is open."""
+        return self.child.returncode is None and not self._in_turn
+
+    async def turn(self, text: str, cancel: CancelSignal, request_id: str) -> ProviderReply:
+        """Send one user message and wait for its ``result``, or interrupt it on ``cancel``.
+
+        Raises :class:`RuntimeFailure`: the result's error, reason ``error`` when the process
+        exits first, reason ``cancelled`` (with ``interrupt_ms``, the time Claude Code took to
+        stop the turn) when cancelled. A turn left open (the process did not answer the
+        interrupt, or the caller was cancelled) makes the process not :attr:`reusable`.
+        """
+        result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._result = result
+        self._in_turn = True
+        if any(event.get("type") == "result" for event in self._events):
+            result.set_result(None)
+        await self.child.send(claude_user_frame(text))
+        cancelled = asyncio.ensure_future(cancel.wait())
+        waiting: set[asyncio.Future[Any]] = {result, self.child.exited, cancelled}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if not result.done() and self.child.exited.done():
+            # The result line may still be in the pipe when the exit is noticed.
+            await self.child.drained()
+        if result.done():
+            return self._judge()
+        if self.child.exited.done():
+            details = self.child.failure_details()
+            self._in_turn = False
+            raise RuntimeFailure(
+                "Claude Code exited before the turn's result"
+                + exit_note(details["exit_code"], details["stderr_tail"]),
+                reason="error",
+                session_id=self.session_id,
+                **details,
+            )
+        return await self._interrupt(result, request_id)
+
+    async def _interrupt(self, result: asyncio.Future[None], request_id: str) -> ProviderReply:
+        sent = time.perf_counter()
+        await self.child.send(claude_interrupt_frame(request_id))
+        answered: set[asyncio.Future[Any]] = {result, self.child.exited}
+        await asyncio.wait(answered, timeout=self.kill_grace_s, return_when=asyncio.FIRST_COMPLETED)
+        if not result.done():
+            # Still mid-turn: the caller stops the process (not reusable) and the session is
+            # resumed by id on the next turn.
+            raise RuntimeFailure(
+                f"the turn was cancelled and Claude Code did not answer the interrupt within "
+                f"{self.kill_grace_s:g} s; its process is stopped",
+                reason="cancelled",
+                interrupt_answered=False,
+                session_id=self.session_id,
+            )
+        interrupt_ms = round((time.perf_counter() - sent) * 1000, 3)
+        self._take_events()
+        raise RuntimeFailure(
+            f"the turn was cancelled; Claude Code stopped it after {interrupt_ms:g} ms and "
+            "keeps the session for the next turn",
+            reason="cancelled",
+            interrupt_answered=True,
+            interrupt_ms=interrupt_ms,
+            session_id=self.session_id,
+        )
+
+    def _judge(self) -> ProviderReply:
+        events = self._take_events()
+        try:
+            return claude_reply(events)
+        except RuntimeFailure as exc:
+            tail = self.child.stderr_tail()
+            code = self.child.returncode
+            exc.details.update(exit_code=code, stderr_tail=tail)
+            note = exit_note(code, tail)
+            if note:
+                exc.message += note
+                exc.args = (exc.message,)
+            raise
+
+    def _take_events(self) -> list[dict[str, Any]]:
+        events, self._events = self._events, []
+        self._result = None
+        self._in_turn = False
+        return events
+
+    def _on_line(self, line: bytes) -> None:
+        event = json_event(line)
+        if event is None or event.get("type") in ("control_response", "control_request"):
+            return
+        self.session_id = event.get("session_id") or self.session_id
+        self._events.append(event)
+        result = self._result
+        if event.get("type") == "result" and result is not None and not result.done():
+            result.set_result(None)
+
+    def cancel_idle_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    async def stop(self) -> None:
+        """Stop the process and everything it started (closing stdin first lets it exit)."""
+        self.cancel_idle_timer()
+        if self._child is not None:
+            self._child.close_stdin()
+            await self._child.stop()

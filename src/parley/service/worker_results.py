@@ -1,0 +1,180 @@
+"""How a child's work comes back (SPEC W3): its result, over-budget summaries stored as
+artifacts, the ``task-result`` to the parent's session and the parent unblocked. Functions over
+the :class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from parley.core import workers as wk
+from parley.core.channels import LogicalSession
+from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
+from parley.core.identity import Principal
+from parley.core.ids import new_id
+from parley.core.ports import Tx
+from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
+
+if TYPE_CHECKING:
+    from parley.service.workers import ResultSpec, Workers
+
+
+async def finish_child(
+    workers: Workers, tx: Tx, worker: Worker, result: WorkerResult, *, actor: str
+) -> Worker:
+    """End a child with its result and hand the result to the parent: a ``task-result``
+    mail to the parent's session, and, when the parent blocked on this child, a message in
+    the parent's channel that wakes it. A summary over the budget is stored as an artifact
+    and only its reference travels (it would fill the parent's context)."""
+    budget = workers.ctx.settings.worker_result_budget_tokens
+    if wk.over_budget(result.summary, budget):
+        artifact = Artifact(
+            id=new_id("art-"),
+            worker_id=worker.id,
+            name="task-result summary",
+            content=result.summary,
+            created=workers.ctx.clock.now(),
+        )
+        tx.insert("worker_artifacts", artifact)
+        result = result.model_copy(
+            update={
+                "summary": "",
+                "artifact_id": artifact.id,
+                "summary_tokens": wk.estimate_tokens(result.summary),
+            }
+        )
+    else:
+        result = result.model_copy(update={"summary_tokens": wk.estimate_tokens(result.summary)})
+    to: WorkerState = "completed" if result.success else "failed"
+    if to not in wk.TRANSITIONS[worker.state] and "running" in wk.TRANSITIONS[worker.state]:
+        # A result reported before the turn started, or by an interrupted worker: it ran.
+        worker = await workers.move(tx, worker, "running", actor=actor, reason="result reported")
+    done = await workers.move(
+        tx,
+        worker,
+        to,
+        actor=actor,
+        reason="result reported" if result.success else (result.error or "failed")[:300],
+        result=result,
+    )
+    await deliver_result(workers, tx, done, result)
+    return done
+
+
+async def deliver_result(workers: Workers, tx: Tx, child: Worker, result: WorkerResult) -> None:
+    if child.parent_worker_id is None:
+        return
+    parent: Worker | None = await tx.get("workers", child.parent_worker_id, for_update=True)
+    if parent is None:
+        return
+    session: LogicalSession | None = await tx.get("sessions", child.session_id)
+    name = session.display_name if session else child.id
+    text = wk.result_text(name, result)
+    mail = await workers.mail.deliver_system(
+        tx,
+        parent.agent_id,
+        "task-result",
+        f"{name}: {'succeeded' if result.success else 'failed'}",
+        text,
+        {"worker_id": child.id, **result.model_dump(mode="json")},
+        session_id=parent.session_id,
+        from_id=child.id,
+        correlation_id=child.dispatch_message_id,
+    )
+    workers.ctx.events.record(
+        tx,
+        "worker.result",
+        actor=child.agent_id,
+        subject=f"worker:{child.id}",
+        payload={
+            "parent_worker_id": parent.id,
+            "success": result.success,
+            "artifact_id": result.artifact_id,
+            "summary_tokens": result.summary_tokens,
+        },
+        trace_id=child.trace_id,
+        span_id=child.span_id,
+        parent_span_id=child.parent_span_id,
+    )
+    blocked = (
+        parent.blocked_on_message_id is not None
+        and parent.blocked_on_message_id == child.dispatch_message_id
+    )
+    if not blocked:
+        return
+    await tx.update("workers", parent.id, blocked_on_message_id=None)
+    parent = parent.model_copy(update={"blocked_on_message_id": None})
+    workers.publish(tx, parent)
+    agent = await workers.identity.get(parent.agent_id, tx)
+    # An agent the hub drives is woken in its channel; one connected from elsewhere (or
+    # with no runtime) is woken by the task-result mail it is waiting for.
+    if parent.terminal or agent is None or agent.runtime_kind in ("remote", "none"):
+        return
+    # The task-result is the wake-up's own text: delivered by it, not again as a block.
+    await tx.mark_delivered([mail.id], workers.ctx.clock.now())
+    await workers.trigger(tx, parent, text, metadata={"child_worker_id": child.id})
+
+
+async def report_result(
+    workers: Workers, caller: Principal, worker_id: str | None, spec: ResultSpec
+) -> Worker:
+    """A child reports its result through a tool (an agent connected over MCP, or one that
+    wants to attach artifacts): the worker ends, the parent gets the result, and a turn of
+    it still waiting (a remote agent's pending turn) is no longer wanted."""
+
+    async def job(tx: Tx) -> Worker:
+        worker = await _reporting_worker(workers, tx, caller, worker_id)
+        result = WorkerResult(
+            summary=spec.summary,
+            artifacts=list(spec.artifacts),
+            success=spec.success,
+            error=spec.error if not spec.success else None,
+        )
+        return await finish_child(workers, tx, worker, result, actor=caller.id)
+
+    done = await workers.ctx.store.write(job)
+    if done.task_id is not None:
+        live = workers.tasks.live.get(done.task_id)
+        if live is not None:
+            live.cancel.set()
+    return done
+
+
+async def _reporting_worker(
+    workers: Workers, tx: Tx, caller: Principal, worker_id: str | None
+) -> Worker:
+    if worker_id is None:
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select(
+            "workers",
+            w.agent_id == caller.id,
+            w.parent_worker_id.is_not(None),
+            w.state.not_in(list(wk.TERMINAL)),
+            order_by=[w.id.desc()],
+            limit=2,
+        )
+        if len(rows) != 1:
+            raise InvalidRequest(
+                f"{caller.id!r} has {'no' if not rows else 'several'} unfinished child "
+                "workers; give 'worker_id'",
+                code="worker_required",
+            )
+        worker_id = rows[0].id
+    worker = await workers.load(tx, worker_id, for_update=True)
+    if not (caller.is_operator or caller.id == worker.agent_id):
+        raise PermissionDenied(
+            f"only worker {worker.id!r}'s own agent may report its result",
+            code="worker_forbidden",
+        )
+    if worker.parent_worker_id is None:
+        raise InvalidRequest(
+            f"worker {worker.id!r} has no parent to report to; release it instead",
+            code="not_a_child",
+        )
+    if worker.terminal:
+        raise Conflict(
+            f"worker {worker.id!r} already ended ({worker.state!r})",
+            code="worker_finished",
+            state=worker.state,
+        )
+    return worker

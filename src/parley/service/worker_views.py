@@ -1,0 +1,139 @@
+"""What the worker tree looks like to a caller (SPEC W8): one worker, the caller's workers, a
+trace's child tree, a logical session's topology, and artifacts. Functions over the
+:class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from parley.core import workers as wk
+from parley.core.channels import LogicalSession
+from parley.core.errors import InvalidRequest, NotFound
+from parley.core.identity import Principal
+from parley.core.limits import check_text
+from parley.core.mail import Message
+from parley.core.ports import Tx
+from parley.core.workers import Artifact, Worker
+
+if TYPE_CHECKING:
+    from parley.service.workers import Workers
+
+
+async def get(workers: Workers, caller: Principal, worker_id: str) -> Worker:
+    async with workers.ctx.store.read() as tx:
+        return await workers.visible(tx, caller, worker_id)
+
+
+async def listing(
+    workers: Workers, caller: Principal, *, state: Sequence[str] = (), limit: int = 200
+) -> list[Worker]:
+    """Workers the caller may see, newest first."""
+    for s in state:
+        if s not in wk.WORKER_STATES:
+            raise InvalidRequest(
+                f"worker state {s!r} is unknown; use one of {', '.join(wk.WORKER_STATES)}",
+                code="unknown_state",
+            )
+    async with workers.ctx.store.read() as tx:
+        w = tx.table("workers").c
+        where = [w.state.in_(list(state))] if state else []
+        if caller.is_operator:
+            return await tx.select(
+                "workers", *where, order_by=[w.id.desc()], limit=max(1, min(limit, 1000))
+            )
+        rows: list[Worker] = await tx.select("workers", *where, order_by=[w.id.desc()], limit=5000)
+        seen = [r for r in rows if await workers.may_see(tx, caller, r)]
+    return seen[: max(1, min(limit, 1000))]
+
+
+async def tree(workers: Workers, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
+    """The worker's trace as a child tree (every worker sharing its trace id)."""
+    async with workers.ctx.store.read() as tx:
+        worker = await workers.visible(tx, caller, worker_id)
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select("workers", w.trace_id == worker.trace_id)
+    return wk.topology(rows)
+
+
+async def topology(workers: Workers, caller: Principal, session_id: str) -> dict[str, Any]:
+    """A logical session's workers, the child tree under them, the child sessions and the
+    session's mail (W8)."""
+    check_text(session_id, "session id")
+    async with workers.ctx.store.read() as tx:
+        session: LogicalSession | None = await tx.get("sessions", session_id)
+        if session is None:
+            raise NotFound(f"no session {session_id!r}", code="session_not_found")
+        w = tx.table("workers").c
+        own: list[Worker] = await tx.select("workers", w.session_id == session_id, order_by=[w.id])
+        allowed = caller.is_operator or caller.id == session.agent_id
+        for worker in own:
+            allowed = allowed or await workers.may_see(tx, caller, worker)
+        if not allowed:
+            raise NotFound(f"no session {session_id!r}", code="session_not_found")
+        traces = {x.trace_id for x in own}
+        tree: list[Worker] = (
+            await tx.select("workers", w.trace_id.in_(list(traces))) if traces else []
+        )
+        sessions = await _child_sessions(tx, session_id)
+        m = tx.table("messages").c
+        mail: list[Message] = await tx.select(
+            "messages",
+            m.to_kind == "session",
+            m.to_id.in_([session_id, *(s.id for s in sessions)]),
+            order_by=[m.id],
+            limit=500,
+        )
+    return {
+        "session": session.model_dump(mode="json"),
+        "workers": [x.model_dump(mode="json") for x in own],
+        "tree": wk.topology(tree),
+        "child_sessions": [s.model_dump(mode="json") for s in sessions],
+        "messages": [
+            {
+                "id": x.id,
+                "kind": x.kind,
+                "from_id": x.from_id,
+                "to": f"session:{x.to_id}",
+                "subject": x.subject,
+                "status": x.status,
+                "created": x.created.isoformat(),
+            }
+            for x in mail
+        ],
+    }
+
+
+async def _child_sessions(tx: Tx, session_id: str) -> list[LogicalSession]:
+    found: list[LogicalSession] = []
+    frontier = [session_id]
+    s = tx.table("sessions").c
+    while frontier and len(found) < 1000:
+        rows: list[LogicalSession] = await tx.select(
+            "sessions", s.parent_logical_id.in_(frontier), order_by=[s.id]
+        )
+        found.extend(rows)
+        frontier = [r.id for r in rows]
+    return found
+
+
+async def artifact(workers: Workers, caller: Principal, artifact_id: str) -> Artifact:
+    check_text(artifact_id, "artifact id")
+    async with workers.ctx.store.read() as tx:
+        art: Artifact | None = await tx.get("worker_artifacts", artifact_id)
+        if art is None:
+            raise NotFound(f"no artifact {artifact_id!r}", code="artifact_not_found")
+        worker: Worker | None = await tx.get("workers", art.worker_id)
+        parent = (
+            await tx.get("workers", worker.parent_worker_id)
+            if worker and worker.parent_worker_id
+            else None
+        )
+        ok = worker is not None and (
+            await workers.may_see(tx, caller, worker)
+            or (parent is not None and caller.id == parent.agent_id)
+        )
+    if not ok:
+        raise NotFound(f"no artifact {artifact_id!r}", code="artifact_not_found")
+    return art

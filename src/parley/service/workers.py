@@ -1,0 +1,811 @@
+"""Workers (SPEC W1–W8, M5): start, spawn, result, cancel and the views of the worker tree.
+
+A worker is one execution instance of an agent in a logical session. Its turns are the task
+runner's wake tasks in the channel its session is bound to, so a worker's turn is superseded,
+cancelled, traced and recovered exactly like any other turn: the worker service only decides
+what to post as the trigger (a task-dispatch, a takeover envelope, a resume) and moves the
+worker through its state machine (``core/workers.py``) as the tasks start and end. Takeover,
+heartbeats, the health sweep and restart recovery are in :mod:`parley.service.worker_control`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from parley.core import workers as wk
+from parley.core.channels import Channel, ChannelMessage, LogicalSession, Task
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import SYSTEM_ID, Principal
+from parley.core.ids import new_id
+from parley.core.limits import StorableText, check_text
+from parley.core.mail import Message
+from parley.core.ports import Tx
+from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
+from parley.service import worker_control, worker_results, worker_views
+from parley.service.channels import Channels, check_content
+from parley.service.context import ServiceContext
+from parley.service.identity import Identity
+from parley.service.mail import Mail
+from parley.service.tasks import TaskRunner
+
+log = logging.getLogger(__name__)
+
+WORKERS_TOPIC = "workers"
+MAX_DEPTH = 32
+INHERITED_MESSAGES = 20
+
+
+def worker_topic(worker_id: str) -> str:
+    return f"worker:{worker_id}"
+
+
+class StartSpec(BaseModel):
+    """A root worker: an agent given a task in a new logical session of its own."""
+
+    agent_id: str | None = Field(
+        default=None, description="The agent that runs it; an agent starting one may omit it."
+    )
+    prompt: StorableText = Field(min_length=1, max_length=wk.PROMPT_MAX_CHARS)
+    name: StorableText | None = Field(default=None, max_length=wk.NAME_MAX)
+    long_running: bool = False
+
+
+class SpawnSpec(BaseModel):
+    """A child of a worker (W3)."""
+
+    prompt: StorableText = Field(min_length=1, max_length=wk.PROMPT_MAX_CHARS)
+    agent_id: str | None = Field(
+        default=None,
+        description="The agent (and so the runtime) that runs the child; the parent's agent "
+        "when omitted. Another agent must accept channels from the caller.",
+    )
+    inherit_context: bool = True
+    purpose: StorableText = Field(default="task-dispatch", min_length=1, max_length=64)
+    block_parent: bool = False
+    independent: bool = False
+    expected_artifacts: list[StorableText] = Field(default_factory=list, max_length=20)
+    long_running: bool = False
+
+
+class ResultSpec(BaseModel):
+    """What a child reports when it finishes through a tool instead of its turn's reply."""
+
+    summary: StorableText = Field(default="", max_length=wk.PROMPT_MAX_CHARS)
+    artifacts: list[StorableText] = Field(default_factory=list, max_length=50)
+    success: bool = True
+    error: StorableText | None = Field(default=None, max_length=4000)
+
+
+def worker_not_found(worker_id: str) -> NotFound:
+    return NotFound(f"no worker {worker_id!r}", code="worker_not_found")
+
+
+class Workers:
+    """The worker service: one instance per hub."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        identity: Identity,
+        channels: Channels,
+        tasks: TaskRunner,
+        mail: Mail,
+        hub_id: str,
+    ) -> None:
+        self.ctx = ctx
+        self.identity = identity
+        self.channels = channels
+        self.tasks = tasks
+        self.mail = mail
+        self.hub_id = hub_id
+        tasks.on_started.append(self.on_task_started)
+        tasks.on_finished.append(self.on_task_finished)
+        # Set when a worker's turn ends, for a takeover waiting for it to go idle.
+        self._turn_ended: dict[str, asyncio.Event] = {}
+        # Turns whose worker a cancel already ended (KILLED is final): when they stop there is
+        # nothing left to move, so their end skips a write; a tree of 100 stops 100 at once.
+        self._killed_turns: set[str] = set()
+
+    # -- records and permissions ------------------------------------------------------------------
+    async def load(self, tx: Tx, worker_id: str, *, for_update: bool = False) -> Worker:
+        check_text(worker_id, "worker id")
+        worker: Worker | None = await tx.get("workers", worker_id, for_update=for_update)
+        if worker is None:
+            raise worker_not_found(worker_id)
+        return worker
+
+    async def ancestors(self, tx: Tx, worker: Worker) -> list[Worker]:
+        """The worker's parent, its parent's parent, ... (nearest first)."""
+        chain: list[Worker] = []
+        parent_id = worker.parent_worker_id
+        while parent_id is not None and len(chain) < MAX_DEPTH:
+            parent: Worker | None = await tx.get("workers", parent_id)
+            if parent is None:
+                break
+            chain.append(parent)
+            parent_id = parent.parent_worker_id
+        return chain
+
+    async def may_control(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
+        """Operators and the parent may cancel or take over a worker; nobody else. "The parent"
+        is whoever is above it: the agent of an ancestor worker, or whoever started or spawned
+        it or one of its ancestors."""
+        if caller.is_operator or caller.id == worker.created_by:
+            return True
+        return any(
+            caller.id in (a.agent_id, a.created_by) for a in await self.ancestors(tx, worker)
+        )
+
+    async def may_see(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
+        return caller.id == worker.agent_id or await self.may_control(tx, caller, worker)
+
+    async def check_control(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
+        if not await self.may_control(tx, caller, worker):
+            raise PermissionDenied(
+                f"{caller.id!r} may not {action} worker {worker.id!r}: only the operator and "
+                "the worker's parent (whoever spawned or started it, or an ancestor) may",
+                code="worker_forbidden",
+            )
+
+    async def visible(self, tx: Tx, caller: Principal, worker_id: str) -> Worker:
+        worker = await self.load(tx, worker_id)
+        if not await self.may_see(tx, caller, worker):
+            # Not told apart from a missing one: ids of others' workers are not disclosed.
+            raise worker_not_found(worker_id)
+        return worker
+
+    # -- the state machine ------------------------------------------------------------------------
+    async def move(
+        self,
+        tx: Tx,
+        worker: Worker,
+        to: WorkerState,
+        *,
+        actor: str,
+        reason: str,
+        **values: Any,
+    ) -> Worker:
+        """Apply one transition of the table (illegal ones raise), record it as an event with
+        the worker's trace ids and publish the new state after commit."""
+        wk.check_transition(worker.id, worker.state, to)
+        now = self.ctx.clock.now()
+        values = {"state": to, "updated": now, **values}
+        if to in wk.TERMINAL:
+            values.setdefault("ended", now)
+            # The stored reason is a short label (64 characters on PostgreSQL); the whole
+            # reason is in the event below, and an error in the result.
+            values.setdefault("end_reason", reason[:64])
+        await tx.update(
+            "workers",
+            worker.id,
+            **{
+                k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                for k, v in values.items()
+            },
+        )
+        moved = worker.model_copy(update=values)
+        self.ctx.events.record(
+            tx,
+            f"worker.{to}",
+            actor=actor,
+            subject=f"worker:{worker.id}",
+            payload={"from": worker.state, "to": to, "reason": reason},
+            trace_id=moved.trace_id,
+            span_id=moved.span_id,
+            parent_span_id=moved.parent_span_id,
+        )
+        self.publish(tx, moved)
+        return moved
+
+    def publish(self, tx: Tx, worker: Worker) -> None:
+        data = {"type": "worker", "worker": worker.model_dump(mode="json")}
+        bus = self.ctx.bus
+
+        async def send() -> None:
+            await bus.publish(worker_topic(worker.id), data)
+            await bus.publish(WORKERS_TOPIC, data)
+
+        tx.after_commit(send)
+
+    # -- turns ------------------------------------------------------------------------------------
+    async def trigger(
+        self, tx: Tx, worker: Worker, content: str, *, metadata: dict[str, Any] | None = None
+    ) -> Task | None:
+        """Post ``content`` into the worker's channel as a trigger from the hub, with the
+        session's pending mail in front of it as one block (M5), and start its turn in the same
+        transaction. The sender is the system: in a work channel a post by the agent itself
+        would not wake it, and a child may run as its parent's own agent."""
+        block = await self.take_session_mail(tx, worker.session_id)
+        text = f"{block}\n\n{content}" if block else content
+        check_content(text, "the worker's turn", self.ctx.settings.message_max_bytes)
+        channel = await tx.get_channel(worker.channel_id, for_update=True)
+        if channel is None or channel.status != "active":
+            raise Conflict(
+                f"worker {worker.id!r} has no open channel to run in",
+                code="worker_channel_closed",
+            )
+        message = await self.channels.append(
+            tx,
+            worker.channel_id,
+            sender_id=SYSTEM_ID,
+            sender_kind="system",
+            content=text,
+            trigger=True,
+            metadata={"worker_id": worker.id, **(metadata or {})},
+        )
+        return await self.tasks.start_task(tx, channel, message)
+
+    async def take_session_mail(self, tx: Tx, session_id: str) -> str:
+        """The pending mail addressed to the session, marked delivered, as one context block:
+        a worker that starts or resumes reads it before its first turn (M5)."""
+        m = tx.table("messages").c
+        rows: list[Message] = await tx.select(
+            "messages",
+            m.to_kind == "session",
+            m.to_id == session_id,
+            m.status == "pending",
+            order_by=[m.seq],
+            limit=50,
+        )
+        if not rows:
+            return ""
+        await tx.mark_delivered([r.id for r in rows], self.ctx.clock.now())
+        return wk.mail_block([(r.kind, r.from_id, r.subject, r.body) for r in rows])
+
+    async def of_channel(self, tx: Tx, channel_id: str) -> Worker | None:
+        """The unfinished worker bound to a channel, if any (the newest)."""
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select(
+            "workers",
+            w.channel_id == channel_id,
+            w.state.not_in(list(wk.TERMINAL)),
+            order_by=[w.id.desc()],
+            limit=1,
+        )
+        return rows[0] if rows else None
+
+    async def on_task_started(self, tx: Tx, channel: Channel, task: Task) -> None:
+        """A turn started in a worker's channel: the worker runs, with this turn as its span."""
+        if channel.kind != "work":
+            return
+        worker = await self.of_channel(tx, channel.id)
+        if worker is None:
+            return
+        values: dict[str, Any] = {
+            "task_id": task.id,
+            "span_id": task.id,
+            "last_heartbeat": self.ctx.clock.now(),
+            "owner": self.hub_id,
+        }
+        # A turn someone else started (a person posting to the worker) reads the session's
+        # pending mail too: as a block after its trigger, which its transcript quotes.
+        block = await self.take_session_mail(tx, worker.session_id)
+        if block:
+            await self.channels.append(
+                tx,
+                channel.id,
+                sender_id=SYSTEM_ID,
+                sender_kind="system",
+                content=block,
+                metadata={"worker_id": worker.id, "pending_mail": True},
+            )
+        if worker.state == "running":
+            await tx.update("workers", worker.id, **values)
+            self.publish(tx, worker.model_copy(update=values))
+            return
+        await self.move(tx, worker, "running", actor="system", reason="turn started", **values)
+
+    async def on_task_finished(self, task: Task) -> None:
+        """A turn ended: a child reports its result, a root worker waits for more work, and a
+        takeover's turn marks the takeover consumed."""
+        try:
+            if task.id in self._killed_turns:
+                self._killed_turns.discard(task.id)
+            else:
+                await self.ctx.store.write(lambda tx: self._turn_finished(tx, task))
+        finally:
+            ended = self._turn_ended.pop(task.id, None)
+            if ended is not None:
+                ended.set()
+
+    async def _turn_finished(self, tx: Tx, task: Task) -> None:
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select("workers", w.task_id == task.id, limit=1)
+        if not rows or rows[0].terminal:
+            return
+        worker = await self.load(tx, rows[0].id, for_update=True)
+        if worker.task_id != task.id or worker.terminal:
+            return  # superseded by a newer turn, or ended meanwhile (cancel, report_result)
+        end = task.end_reason or "failed"
+        now = self.ctx.clock.now()
+        if worker.pending_takeover_message_id is not None:
+            # Only the turn the envelope started consumes the takeover: the interrupted turn may
+            # still have ended with a reply of its own before the cancel reached it.
+            trigger: ChannelMessage | None = await tx.get("channel_messages", task.trigger_id)
+            pending = worker.pending_takeover_message_id
+            if trigger is not None and trigger.metadata.get("takeover_message_id") == pending:
+                worker = await worker_control.consume_takeover(self, tx, worker, end)
+        if end in ("replied", "dormant"):
+            reply = await self._reply_of(tx, task)
+            if worker.parent_worker_id is not None:
+                result = WorkerResult(summary=reply.content if reply else "", success=True)
+                await self.finish_child(tx, worker, result, actor=worker.agent_id)
+            else:
+                await self.move(
+                    tx, worker, "idle", actor="system", reason="turn ended", last_heartbeat=now
+                )
+        elif end == "failed":
+            error = task.error or "the turn failed"
+            if worker.parent_worker_id is not None:
+                result = WorkerResult(success=False, error=error)
+                await self.finish_child(tx, worker, result, actor="system")
+            else:
+                # One failed turn does not end a root worker: it waits for more work, and the
+                # failure is on record in the task and this event.
+                await self.move(
+                    tx, worker, "idle", actor="system", reason=f"turn failed: {error}"[:300]
+                )
+        elif end in ("cancelled", "interrupted"):
+            await self.move(
+                tx, worker, "interrupted", actor="system", reason=f"turn {end}", last_heartbeat=now
+            )
+        elif end in ("deleted", "closed"):
+            await self.move(tx, worker, "killed", actor="system", reason=f"channel {end}")
+
+    async def _reply_of(self, tx: Tx, task: Task) -> ChannelMessage | None:
+        c = tx.table("channel_messages").c
+        rows: list[ChannelMessage] = await tx.select(
+            "channel_messages",
+            c.task_id == task.id,
+            c.sender_kind == "agent",
+            order_by=[c.seq.desc()],
+            limit=1,
+        )
+        return rows[0] if rows else None
+
+    # -- start and spawn --------------------------------------------------------------------------
+    async def _new_session(
+        self,
+        tx: Tx,
+        caller: Principal,
+        agent: Principal,
+        name: str,
+        watchers: Sequence[str],
+        **links: Any,
+    ) -> LogicalSession:
+        """A logical session bound to a new private work channel of ``agent``; ``watchers``
+        (the parent's agent) are members too, so they can read it and post to the child."""
+        now = self.ctx.clock.now()
+        channel = Channel(
+            id=new_id(),
+            name=name,
+            kind="work",
+            private=True,
+            created_by=caller.id,
+            created=now,
+            discussion_rounds=1,
+            turn_timeout_s=self.ctx.settings.turn_timeout_s,
+            owner_agent_id=agent.id,
+            metadata={"worker_session": True},
+        )
+        members = [agent.id, *(m for m in watchers if m != agent.id)]
+        tx.insert("channels", channel)
+        self.ctx.events.record(
+            tx,
+            "channel.created",
+            actor=caller.id,
+            subject=f"channel:{channel.id}",
+            payload={"kind": "work", "members": members, "name": name},
+        )
+        await tx.flush()
+        await tx.set_members(channel.id, members)
+        session = LogicalSession(
+            id=new_id("vs-"),
+            agent_id=agent.id,
+            channel_id=channel.id,
+            display_name=name,
+            created=now,
+            **links,
+        )
+        tx.insert("sessions", session)
+        return session
+
+    async def _agent(self, tx: Tx, agent_id: str) -> Principal:
+        agent = await self.identity.get(agent_id, tx)
+        if agent is None or agent.kind != "agent":
+            raise NotFound(f"no agent {agent_id!r}", code="agent_not_found")
+        return agent
+
+    def _new_worker(
+        self,
+        caller: Principal,
+        agent: Principal,
+        session: LogicalSession,
+        *,
+        trace_id: str | None = None,
+        **values: Any,
+    ) -> Worker:
+        now = self.ctx.clock.now()
+        worker_id = new_id("w-")
+        return Worker(
+            id=worker_id,
+            agent_id=agent.id,
+            session_id=session.id,
+            channel_id=session.channel_id,
+            trace_id=trace_id or new_id("tr-"),
+            created_by=caller.id,
+            created=now,
+            updated=now,
+            last_heartbeat=now,
+            owner=self.hub_id,
+            **values,
+        )
+
+    async def start(self, caller: Principal, spec: StartSpec) -> Worker:
+        """A root worker: a new logical session of the agent, its first turn started with the
+        prompt. The operator starts one for any agent; an agent for itself, or for an agent
+        that accepts channels from it."""
+        agent_id = spec.agent_id or (caller.id if caller.kind == "agent" else None)
+        if agent_id is None:
+            raise InvalidRequest(
+                "name the agent that runs the worker in 'agent_id'", code="agent_required"
+            )
+
+        async def job(tx: Tx) -> Worker:
+            agent = await self._agent(tx, agent_id)
+            if agent.id != caller.id:
+                await self.channels.check_consent(tx, caller, [agent.id])
+            name = spec.name or wk.child_name(agent.display_name, spec.prompt)
+            session = await self._new_session(tx, caller, agent, name, [caller.id])
+            worker = self._new_worker(
+                caller, agent, session, purpose="root", long_running=spec.long_running
+            )
+            tx.insert("workers", worker)
+            await tx.flush()
+            self._record_created(tx, caller, worker)
+            self.publish(tx, worker)
+            await self.trigger(tx, worker, spec.prompt)
+            return await self.load(tx, worker.id)
+
+        return await self.ctx.store.write(job)
+
+    def _record_created(self, tx: Tx, caller: Principal, worker: Worker) -> None:
+        self.ctx.events.record(
+            tx,
+            "worker.created",
+            actor=caller.id,
+            subject=f"worker:{worker.id}",
+            payload={
+                "agent_id": worker.agent_id,
+                "session_id": worker.session_id,
+                "parent_worker_id": worker.parent_worker_id,
+                "purpose": worker.purpose,
+                "independent": worker.independent,
+            },
+            trace_id=worker.trace_id,
+            parent_span_id=worker.parent_span_id,
+        )
+
+    async def own_worker(self, caller: Principal) -> Worker:
+        """The caller's worker in its main session (its work channel), made on first use: an
+        agent connected over MCP spawns children from it."""
+        if caller.kind != "agent" or caller.work_channel_id is None:
+            raise InvalidRequest(
+                f"{caller.id!r} has no work channel; give 'parent_worker_id'",
+                code="worker_required",
+            )
+        channel_id = caller.work_channel_id
+
+        async def job(tx: Tx) -> Worker:
+            await tx.get_channel(channel_id, for_update=True)  # one maker at a time
+            found = await self.of_channel(tx, channel_id)
+            if found is not None:
+                return found
+            session = await self.channels.session(tx, caller, channel_id)
+            worker = self._new_worker(caller, caller, session, purpose="main")
+            tx.insert("workers", worker)
+            await tx.flush()
+            self._record_created(tx, caller, worker)
+            # The agent is calling the hub right now: it is running, and when it calls from a
+            # turn of its work channel, that turn is the worker's, so its end makes it idle.
+            in_flight = [
+                lv.task for lv in self.tasks.live.values() if lv.task.channel_id == channel_id
+            ]
+            values = {"task_id": in_flight[-1].id, "span_id": in_flight[-1].id} if in_flight else {}
+            return await self.move(
+                tx, worker, "running", actor=caller.id, reason="agent active", **values
+            )
+
+        return await self.ctx.store.write(job)
+
+    async def spawn(self, caller: Principal, parent_id: str | None, spec: SpawnSpec) -> Worker:
+        """Spawn a child of ``parent_id`` (the caller's own main worker when None): a child
+        session named ``"<parent> / <slug>"``, both sides of the relation recorded, the
+        ``task-dispatch`` mail and the child's first turn, all in one commit (W3)."""
+        if parent_id is None:
+            parent_id = (await self.own_worker(caller)).id
+
+        async def job(tx: Tx) -> Worker:
+            parent = await self.load(tx, parent_id, for_update=True)
+            if not (caller.id == parent.agent_id or await self.may_control(tx, caller, parent)):
+                raise PermissionDenied(
+                    f"{caller.id!r} may not spawn children of worker {parent.id!r}: only its "
+                    "agent, its parent and the operator may",
+                    code="worker_forbidden",
+                )
+            if parent.terminal:
+                raise Conflict(
+                    f"worker {parent.id!r} is {parent.state!r}; a finished worker cannot spawn",
+                    code="worker_finished",
+                    state=parent.state,
+                )
+            agent = await self._agent(tx, spec.agent_id or parent.agent_id)
+            if agent.id not in (caller.id, parent.agent_id):
+                await self.channels.check_consent(tx, caller, [agent.id])
+            parent_session: LogicalSession | None = await tx.get("sessions", parent.session_id)
+            parent_name = parent_session.display_name if parent_session else parent.agent_id
+            name = wk.child_name(parent_name, spec.prompt)
+            inherited = await self._inherited(tx, parent) if spec.inherit_context else ""
+            session = await self._new_session(
+                tx,
+                caller,
+                agent,
+                name,
+                [parent.agent_id],
+                parent_logical_id=parent.session_id,
+                spawned_by_worker_id=parent.id,
+                spawn_purpose=spec.purpose,
+            )
+            child = self._new_worker(
+                caller,
+                agent,
+                session,
+                trace_id=parent.trace_id,
+                purpose=spec.purpose,
+                parent_worker_id=parent.id,
+                parent_span_id=parent.span_id,
+                independent=spec.independent,
+                block_parent=spec.block_parent,
+                long_running=spec.long_running,
+            )
+            dispatch = await self.mail.deliver_system(
+                tx,
+                agent.id,
+                "task-dispatch",
+                f"Task from {parent_name}: {spec.prompt.strip().splitlines()[0][:120]}",
+                spec.prompt,
+                {
+                    "prompt": spec.prompt,
+                    "inherited_context": inherited,
+                    "expected_artifacts": list(spec.expected_artifacts),
+                    "worker_id": child.id,
+                    "parent_worker_id": parent.id,
+                    "purpose": spec.purpose,
+                },
+                session_id=session.id,
+                from_id=parent.id,
+            )
+            child.dispatch_message_id = dispatch.id
+            tx.insert("workers", child)
+            await tx.flush()
+            # The dispatch is the turn's own text: delivered by the trigger, not as a block.
+            await tx.mark_delivered([dispatch.id], self.ctx.clock.now())
+            parent_values: dict[str, Any] = {
+                "children_worker_ids": [*parent.children_worker_ids, child.id],
+                "updated": self.ctx.clock.now(),
+            }
+            if spec.block_parent:
+                parent_values["blocked_on_message_id"] = dispatch.id
+            await tx.update("workers", parent.id, **parent_values)
+            self.publish(tx, parent.model_copy(update=parent_values))
+            self._record_created(tx, caller, child)
+            self.ctx.events.record(
+                tx,
+                "worker.spawned",
+                actor=caller.id,
+                subject=f"worker:{parent.id}",
+                payload={
+                    "child_worker_id": child.id,
+                    "child_session_id": session.id,
+                    "name": name,
+                    "purpose": spec.purpose,
+                    "block_parent": spec.block_parent,
+                    "independent": spec.independent,
+                    "dispatch_message_id": dispatch.id,
+                },
+                trace_id=parent.trace_id,
+                span_id=parent.span_id,
+            )
+            self.publish(tx, child)
+            text = wk.dispatch_text(
+                parent_name=parent_name,
+                prompt=spec.prompt,
+                purpose=spec.purpose,
+                inherited_context=inherited,
+                expected_artifacts=spec.expected_artifacts,
+            )
+            await self.trigger(tx, child, text, metadata={"dispatch_message_id": dispatch.id})
+            return await self.load(tx, child.id)
+
+        return await self.ctx.store.write(job)
+
+    async def _inherited(self, tx: Tx, parent: Worker) -> str:
+        """The parent's recent work, bounded: what a child inherits when asked to."""
+        lines: list[str] = []
+        for m in await tx.channel_messages(parent.channel_id, latest=INHERITED_MESSAGES):
+            lines.append(f"{m.sender_id}: {m.content.strip()}")
+        text = "\n".join(lines)
+        limit = wk.INHERITED_CONTEXT_CHARS
+        return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+    # -- results (service/worker_results.py) -------------------------------------------------------
+    async def finish_child(
+        self, tx: Tx, worker: Worker, result: WorkerResult, *, actor: str
+    ) -> Worker:
+        return await worker_results.finish_child(self, tx, worker, result, actor=actor)
+
+    async def deliver_result(self, tx: Tx, child: Worker, result: WorkerResult) -> None:
+        await worker_results.deliver_result(self, tx, child, result)
+
+    async def report_result(
+        self, caller: Principal, worker_id: str | None, spec: ResultSpec
+    ) -> Worker:
+        return await worker_results.report_result(self, caller, worker_id, spec)
+
+    # -- cancel -----------------------------------------------------------------------------------
+    async def cancel(
+        self,
+        caller: Principal,
+        worker_id: str,
+        *,
+        reason: str = "cancelled",
+        propagate: bool = True,
+        force: bool = False,
+    ) -> list[Worker]:
+        """Cancel a worker and, recursively, its children except independent ones (W4); return
+        the workers cancelled. Their turns are really stopped: the cancel signal reaches the
+        runtime (a command agent's process group is killed) and this returns once they ended."""
+        check_text(reason, "reason")
+
+        async def job(tx: Tx) -> list[Worker]:
+            root = await self.load(tx, worker_id, for_update=True)
+            await self.check_control(tx, caller, root, "cancel")
+            if root.terminal:
+                raise Conflict(
+                    f"worker {root.id!r} already ended ({root.state!r})",
+                    code="worker_finished",
+                    state=root.state,
+                )
+            w = tx.table("workers").c
+            tree: list[Worker] = await tx.select("workers", w.trace_id == root.trace_id)
+            children_of: dict[str, list[Worker]] = {}
+            for worker in sorted(tree, key=lambda x: x.id):
+                if worker.parent_worker_id is not None:
+                    children_of.setdefault(worker.parent_worker_id, []).append(worker)
+            cancelled: list[Worker] = []
+            for worker, source in wk.cancel_plan(root, children_of, propagate=propagate):
+                killed = await self.move(
+                    tx,
+                    worker,
+                    "killed",
+                    actor=caller.id,
+                    reason=reason[:200],
+                    cancel_propagated_from=source,
+                )
+                if worker.task_id is not None:
+                    await tx.update("tasks", worker.task_id, cancel_requested=True)
+                cancelled.append(killed)
+            ids = {x.id for x in cancelled}
+            for killed in cancelled:
+                parent_id = killed.parent_worker_id
+                if parent_id is not None and parent_id not in ids:
+                    # The parent lives on: it learns that its child will not report.
+                    error = f"cancelled by {caller.id}: {reason}"
+                    await self.deliver_result(
+                        tx, killed, WorkerResult(success=False, error=error[:4000])
+                    )
+            self.ctx.events.record(
+                tx,
+                "worker.cancel",
+                actor=caller.id,
+                subject=f"worker:{root.id}",
+                payload={
+                    "reason": reason[:200],
+                    "force": force,
+                    "propagate": propagate,
+                    "cancelled": [x.id for x in cancelled],
+                },
+                trace_id=root.trace_id,
+                span_id=root.span_id,
+            )
+            return cancelled
+
+        cancelled = await self.ctx.store.write(job)
+        task_ids = [w.task_id for w in cancelled if w.task_id]
+        # A turn still live here has yet to end, and its end will find its worker KILLED.
+        self._killed_turns.update(t for t in task_ids if t in self.tasks.live)
+        await self.stop_turns(task_ids, force=force)
+        return cancelled
+
+    async def stop_turns(self, task_ids: Sequence[str], *, force: bool) -> None:
+        """Signal the turns to stop and wait until their runtimes let go. ``force`` does not
+        wait for a runtime's own cooperative stop: the task is cancelled outright, and the
+        runtime's cleanup (a process group killed) runs as it unwinds."""
+        runners = []
+        for task_id in task_ids:
+            live = self.tasks.live.get(task_id)
+            if live is None:
+                continue
+            live.cancel.set()
+            if live.runner is not None:
+                if force:
+                    live.runner.cancel()
+                runners.append(live.runner)
+        for runner in runners:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(runner)
+
+    # -- views (service/worker_views.py) ---------------------------------------------------------
+    async def get(self, caller: Principal, worker_id: str) -> Worker:
+        return await worker_views.get(self, caller, worker_id)
+
+    async def listing(
+        self, caller: Principal, *, state: Sequence[str] = (), limit: int = 200
+    ) -> list[Worker]:
+        """Workers the caller may see, newest first."""
+        return await worker_views.listing(self, caller, state=state, limit=limit)
+
+    async def tree(self, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
+        return await worker_views.tree(self, caller, worker_id)
+
+    async def topology(self, caller: Principal, session_id: str) -> dict[str, Any]:
+        return await worker_views.topology(self, caller, session_id)
+
+    async def artifact(self, caller: Principal, artifact_id: str) -> Artifact:
+        return await worker_views.artifact(self, caller, artifact_id)
+
+    # -- control (service/worker_control.py) ------------------------------------------------------
+    async def takeover(
+        self,
+        caller: Principal,
+        worker_id: str,
+        instruction: str,
+        *,
+        interrupt_first: bool = True,
+        timeout_s: float = 5.0,
+    ) -> worker_control.TakeoverOutcome:
+        return await worker_control.takeover(
+            self,
+            caller,
+            worker_id,
+            instruction,
+            interrupt_first=interrupt_first,
+            timeout_s=timeout_s,
+        )
+
+    async def resume(self, caller: Principal, worker_id: str, note: str = "") -> Worker:
+        return await worker_control.resume(self, caller, worker_id, note)
+
+    async def release(self, caller: Principal, worker_id: str) -> Worker:
+        return await worker_control.release(self, caller, worker_id)
+
+    async def heartbeat(
+        self, caller: Principal, worker_id: str, *, long_running: bool | None = None
+    ) -> Worker:
+        return await worker_control.heartbeat(self, caller, worker_id, long_running=long_running)
+
+    async def sweep_stale(self) -> list[Worker]:
+        return await worker_control.sweep_stale(self)
+
+    async def recover(self) -> list[Worker]:
+        return await worker_control.recover(self)
+
+    def turn_ended(self, task_id: str) -> asyncio.Event:
+        """An event set when the turn ``task_id`` has ended and its worker moved."""
+        return self._turn_ended.setdefault(task_id, asyncio.Event())

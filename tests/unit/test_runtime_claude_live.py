@@ -1,0 +1,291 @@
+"""One live Claude Code process per logical session (W9), against the fake Claude Code run as a
+real subprocess: reuse across turns, interrupt without losing the process, the timeout and the
+unanswered interrupt that stop the group, a stale session id, idle close and ``aclose``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY
+from parley.adapters.runtimes.command import CommandConfig, CommandRuntime
+from parley.adapters.runtimes.endpoint import parse_config
+from parley.core.errors import RuntimeFailure
+from parley.core.runtime import Turn
+from tests.fakes.processes import is_gone, wait_gone
+from tests.fakes.ready import ReadyListener
+from tests.fakes.turns import PROMPT, make_turn
+
+FAKE_CLAUDE = str(Path(__file__).resolve().parent.parent / "fakes" / "fake_claude.py")
+HEARD = f"heard: {PROMPT.render().strip().splitlines()[-1]}"
+
+MakeRuntime = Callable[..., CommandRuntime]
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand, for idle close."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def ready() -> AsyncIterator[ReadyListener]:
+    async with ReadyListener() as listener:
+        yield listener
+
+
+@pytest.fixture
+async def claude(ready: ReadyListener, tmp_path: Path) -> AsyncIterator[MakeRuntime]:
+    """Build kept-alive runtimes on the fake Claude Code; every one is closed at the end."""
+    built: list[CommandRuntime] = []
+
+    def make(
+        mode: str = "reply", *, clock: FakeClock | None = None, **options: Any
+    ) -> CommandRuntime:
+        env = {"FAKE_READY_PORT": str(ready.port), "FAKE_CLAUDE_HOME": str(tmp_path)}
+        config = parse_config(
+            CommandConfig,
+            {
+                "kind": "command",
+                "argv": [sys.executable, FAKE_CLAUDE, mode],
+                "protocol": "claude-stream-json",
+                "env": env,
+                **options,
+            },
+        )
+        runtime = CommandRuntime(config, clock=clock) if clock else CommandRuntime(config)
+        built.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in built:
+        await runtime.aclose()
+
+
+async def reported_turn(ready: ReadyListener, call: asyncio.Future[Any]) -> tuple[int, int, str]:
+    """The fake's ``turn <pid> <n> <session>`` report: which process took the turn, its count
+    of turns in that process, and the session."""
+    kind, pid, number, session = (await ready.next_line(unless=call)).split()
+    assert kind == "turn"
+    return int(pid), int(number), session
+
+
+def turn(agent: str = "alice", n: int = 1, **options: Any) -> Turn:
+    return make_turn(agent, round=n, **options)
+
+
+async def test_one_process_serves_every_turn_of_a_session(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude()
+    assert runtime.sessions is not None  # kept alive by default for claude-stream-json
+    first_call = asyncio.ensure_future(runtime.respond(turn(n=1)))
+    pid, number, session = await reported_turn(ready, first_call)
+    first = await first_call
+    assert (first.text, number) == (HEARD, 1)
+    assert first.runtime_state == {CLAUDE_SESSION_KEY: session}
+    assert runtime.live_pid("s-alice") == pid
+
+    second_call = asyncio.ensure_future(
+        runtime.respond(turn(n=2, runtime_state=first.runtime_state))
+    )
+    # The same process took the second frame, as its second turn, in the same session.
+    assert await reported_turn(ready, second_call) == (pid, 2, session)
+    second = await second_call
+    assert second.text == HEARD
+    assert second.runtime_state == {CLAUDE_SESSION_KEY: session}
+
+    # Another logical session has its own process and its own Claude Code session.
+    other_call = asyncio.ensure_future(runtime.respond(turn("bob")))
+    other_pid, _, other_session = await reported_turn(ready, other_call)
+    await other_call
+    assert other_pid != pid and other_session != session
+    assert runtime.live_pid("s-bob") == other_pid and runtime.live_pid("s-alice") == pid
+
+
+async def test_a_cancelled_turn_is_interrupted_and_the_session_goes_on(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("slow")
+    cancel = asyncio.Event()
+    first = make_turn(cancel=cancel, round=1)
+    call = asyncio.ensure_future(runtime.respond(first))
+    pid, _, session = await reported_turn(ready, call)  # mid-turn: a partial message is out
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    failure = caught.value
+    assert failure.reason == "cancelled"
+    assert failure.details["interrupt_answered"] is True
+    assert failure.details["interrupt_ms"] >= 0
+    assert await ready.next_line() == f"interrupted parley-{first.invocation_id}"
+    # The process stays, and the next turn continues the same session in it.
+    assert not is_gone(pid) and runtime.live_pid("s-alice") == pid
+    state = {CLAUDE_SESSION_KEY: session}
+    call = asyncio.ensure_future(runtime.respond(turn(n=2, runtime_state=state)))
+    assert await reported_turn(ready, call) == (pid, 2, session)
+    await ready.tell("go")  # the barrier the slow fake waits on
+    result = await call
+    assert result.text == HEARD
+    assert result.runtime_state == state
+
+
+async def test_a_timeout_kills_the_group_and_the_next_turn_resumes(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("slow")
+    call = asyncio.ensure_future(runtime.respond(turn(timeout_s=3)))
+    pid, _, session = await reported_turn(ready, call)
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "timeout"
+    await wait_gone(pid)
+    assert runtime.live_pid("s-alice") is None
+    # No process: the next turn starts one that resumes the session by id.
+    call = asyncio.ensure_future(
+        runtime.respond(turn(n=2, runtime_state={CLAUDE_SESSION_KEY: session}))
+    )
+    new_pid, number, resumed = await reported_turn(ready, call)
+    await ready.tell("go")
+    result = await call
+    assert (new_pid != pid, number, resumed) == (True, 1, session)
+    assert "resumed_fresh" not in result.timings
+
+
+async def test_a_process_that_does_not_answer_the_interrupt_is_stopped(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("deaf", kill_grace_s=0.2)
+    cancel = asyncio.Event()
+    call = asyncio.ensure_future(runtime.respond(turn(cancel=cancel)))
+    pid, _, _ = await reported_turn(ready, call)
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    assert caught.value.details["interrupt_answered"] is False
+    await wait_gone(pid)
+    assert runtime.live_pid("s-alice") is None
+
+
+async def test_a_stale_session_id_starts_a_fresh_session_once(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude()
+    stale = {CLAUDE_SESSION_KEY: "6f0c3b7e-0000-4000-8000-000000000000"}
+    call = asyncio.ensure_future(runtime.respond(turn(runtime_state=stale)))
+    # The process started with --resume=<stale id> exits before taking a turn; the fresh one
+    # takes it.
+    pid, number, session = await reported_turn(ready, call)
+    result = await call
+    assert result.text == HEARD
+    assert result.timings["resumed_fresh"] == 1.0
+    assert result.runtime_state == {CLAUDE_SESSION_KEY: session}
+    assert session != stale[CLAUDE_SESSION_KEY] and number == 1
+    # The fresh session is kept: the next turn goes to the same process, nothing dropped.
+    call = asyncio.ensure_future(runtime.respond(turn(n=2, runtime_state=result.runtime_state)))
+    assert await reported_turn(ready, call) == (pid, 2, session)
+    assert "resumed_fresh" not in (await call).timings
+
+
+async def test_an_error_result_fails_the_turn_and_keeps_the_process(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("error")
+    call = asyncio.ensure_future(runtime.respond(turn()))
+    pid, _, _ = await reported_turn(ready, call)
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    failure = caught.value
+    assert (failure.reason, failure.stop_reason) == ("error", "success")
+    assert failure.message.startswith("Claude Code reported an error: API Error: 529 overloaded")
+    assert failure.details["api_error_status"] == 529
+    assert runtime.live_pid("s-alice") == pid and not is_gone(pid)
+
+
+async def test_a_process_that_exits_mid_turn_fails_with_its_exit_status_and_stderr(
+    claude: MakeRuntime,
+) -> None:
+    runtime = claude("crash")
+    with pytest.raises(RuntimeFailure) as caught:
+        await runtime.respond(turn())
+    failure = caught.value
+    assert failure.reason == "error"
+    assert failure.details["exit_code"] == 2
+    assert "the session store is corrupt" in failure.details["stderr_tail"]
+    assert "exit status 2" in failure.message
+    assert "the session store is corrupt" in failure.message
+    assert runtime.live_pid("s-alice") is None
+
+
+async def test_idle_processes_are_closed_and_resumed_later(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    clock = FakeClock()
+    runtime = claude(clock=clock, idle_s=600)
+    alice_call = asyncio.ensure_future(runtime.respond(turn("alice")))
+    alice_pid, _, alice_session = await reported_turn(ready, alice_call)
+    await alice_call
+    clock.now += 500
+    bob_call = asyncio.ensure_future(runtime.respond(turn("bob")))
+    bob_pid, _, _ = await reported_turn(ready, bob_call)
+    await bob_call
+
+    clock.now += 100  # alice unused for 600 s, bob for 100 s
+    assert await runtime.close_idle() == ["s-alice"]
+    await wait_gone(alice_pid)
+    assert not is_gone(bob_pid) and runtime.live_pid("s-bob") == bob_pid
+
+    # alice's next turn starts a process that resumes her session.
+    state = {CLAUDE_SESSION_KEY: alice_session}
+    call = asyncio.ensure_future(runtime.respond(turn("alice", 2, runtime_state=state)))
+    new_pid, number, session = await reported_turn(ready, call)
+    await call
+    assert (new_pid != alice_pid, number, session) == (True, 1, alice_session)
+
+    clock.now += 599
+    assert await runtime.close_idle() == ["s-bob"]
+    await wait_gone(bob_pid)
+    assert runtime.live_pid("s-alice") == new_pid
+
+
+async def test_the_idle_timer_closes_an_unused_process_by_itself(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude(idle_s=0.05)
+    call = asyncio.ensure_future(runtime.respond(turn()))
+    pid, _, _ = await reported_turn(ready, call)
+    await call
+    await wait_gone(pid)  # nobody calls close_idle: the timer armed after the turn does
+    assert runtime.live_pid("s-alice") is None
+
+
+async def test_aclose_stops_every_live_process(claude: MakeRuntime, ready: ReadyListener) -> None:
+    runtime = claude()
+    pids = []
+    for agent in ("alice", "bob"):
+        call = asyncio.ensure_future(runtime.respond(turn(agent)))
+        pids.append((await reported_turn(ready, call))[0])
+        await call
+    await runtime.aclose()
+    await wait_gone(*pids)
+    assert runtime.live_pid("s-alice") is None and runtime.live_pid("s-bob") is None
+
+
+async def test_a_turn_cancelled_before_it_starts_sends_nothing(claude: MakeRuntime) -> None:
+    runtime = claude()
+    cancel = asyncio.Event()
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await runtime.respond(turn(cancel=cancel))
+    assert caught.value.reason == "cancelled"
+    assert runtime.live_pid("s-alice") is None

@@ -1,0 +1,197 @@
+"""The pure rules of workers (W2–W7): the transition table, spawn naming, result budgets, the
+cancel tree, orphans, staleness and the texts a worker reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import product
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parley.core import workers as wk
+from parley.core.workers import IllegalWorkerTransition, Worker, WorkerResult
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+LEGAL = {
+    ("pending", "running"),
+    ("pending", "interrupted"),
+    ("pending", "failed"),
+    ("pending", "killed"),
+    ("running", "idle"),
+    ("running", "stale"),
+    ("running", "interrupted"),
+    ("running", "completed"),
+    ("running", "failed"),
+    ("running", "killed"),
+    ("idle", "running"),
+    ("idle", "stale"),
+    ("idle", "interrupted"),
+    ("idle", "completed"),
+    ("idle", "released"),
+    ("idle", "killed"),
+    ("stale", "running"),
+    ("stale", "interrupted"),
+    ("stale", "released"),
+    ("stale", "killed"),
+    ("interrupted", "running"),
+    ("interrupted", "failed"),
+    ("interrupted", "killed"),
+}
+
+
+def worker(worker_id: str, parent: str | None = None, **kw: object) -> Worker:
+    values: dict[str, object] = {
+        "id": worker_id,
+        "agent_id": "a",
+        "session_id": f"vs-{worker_id}",
+        "channel_id": f"c-{worker_id}",
+        "trace_id": "tr-1",
+        "created_by": "operator",
+        "created": T0,
+        "updated": T0,
+        "last_heartbeat": T0,
+        "parent_worker_id": parent,
+        "state": "running",
+    }
+    values.update(kw)
+    return Worker.model_validate(values)
+
+
+@pytest.mark.parametrize(("state", "to"), sorted(product(wk.WORKER_STATES, repeat=2)))
+def test_every_transition_is_legal_exactly_when_the_table_says(state: str, to: str) -> None:
+    if (state, to) in LEGAL:
+        wk.check_transition("w-1", state, to)
+        return
+    with pytest.raises(IllegalWorkerTransition) as err:
+        wk.check_transition("w-1", state, to)
+    assert err.value.code == "illegal_worker_transition"
+    assert err.value.details == {"worker_id": "w-1", "state": state, "to": to}
+    assert repr(state) in err.value.message and repr(to) in err.value.message
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for state in wk.TERMINAL:
+        assert wk.TRANSITIONS[state] == frozenset()
+    assert {"released", "completed", "failed", "killed"} == wk.TERMINAL
+
+
+def test_child_names_carry_the_parent_and_a_slug_of_the_prompt() -> None:
+    assert wk.child_name("lead", "Find the flaky tests!") == "lead / find-the-flaky-tests"
+    long_parent = "a very long parent session name that goes on"
+    name = wk.child_name(long_parent, "Refactor the parser module")
+    assert len(name) <= wk.NAME_MAX
+    assert name.endswith(" / refactor-the")
+    assert name.startswith("a very long")
+    assert "…" in name
+    assert wk.child_name("p", "¿?!") == "p / task"
+
+
+@given(st.text(max_size=80), st.text(max_size=300))
+def test_child_names_never_exceed_forty_characters(parent: str, prompt: str) -> None:
+    name = wk.child_name(parent, prompt)
+    assert len(name) <= wk.NAME_MAX
+    assert " / " in name
+
+
+def test_the_budget_counts_about_four_characters_a_token() -> None:
+    assert wk.estimate_tokens("") == 0
+    assert wk.estimate_tokens("abcd") == 1
+    assert wk.estimate_tokens("abcde") == 2
+    assert not wk.over_budget("x" * 8000, 2000)
+    assert wk.over_budget("x" * 8001, 2000)
+
+
+def test_cancel_walks_the_tree_but_spares_independent_subtrees_and_ended_workers() -> None:
+    root = worker("r")
+    a = worker("a", "r")
+    b = worker("b", "a")
+    c = worker("c", "b")
+    free = worker("f", "r", independent=True)
+    under_free = worker("g", "f")
+    done = worker("d", "a", state="completed")
+    under_done = worker("e", "d")
+    children = {"r": [a, free], "a": [b, done], "b": [c], "f": [under_free], "d": [under_done]}
+    plan = wk.cancel_plan(root, children)
+    # A finished worker is not cancelled again, but its unfinished children are.
+    assert [(w.id, src) for w, src in plan] == [
+        ("r", None),
+        ("a", "r"),
+        ("b", "a"),
+        ("e", "d"),
+        ("c", "b"),
+    ]
+    ids = {w.id for w, _ in plan}
+    assert "f" not in ids and "g" not in ids and "d" not in ids
+    assert wk.cancel_plan(root, children, propagate=False) == [(root, None)]
+
+
+def test_orphans_are_unfinished_children_of_ended_or_missing_parents() -> None:
+    gone = worker("child-of-gone", "nobody")
+    ended_parent = worker("p", state="released")
+    of_ended = worker("child-of-ended", "p")
+    live_parent = worker("q")
+    of_live = worker("child-of-live", "q")
+    finished = worker("finished", "p", state="completed")
+    every = [gone, ended_parent, of_ended, live_parent, of_live, finished]
+    found = wk.orphans(every, {w.id: w for w in every})
+    assert {w.id for w in found} == {"child-of-gone", "child-of-ended"}
+
+
+def test_staleness_spares_pending_takeovers_and_long_running_workers() -> None:
+    silent = worker("s", last_heartbeat=T0)
+    later = T0 + timedelta(seconds=1501)
+    assert wk.is_stale(silent, later, 1500)
+    assert not wk.is_stale(silent, T0 + timedelta(seconds=1500), 1500)
+    assert not wk.is_stale(worker("t", pending_takeover_message_id="m"), later, 1500)
+    assert not wk.is_stale(worker("l", long_running=True), later, 1500)
+    assert not wk.is_stale(worker("i", state="interrupted"), later, 1500)
+    assert wk.is_stale(worker("idle", state="idle"), later, 1500)
+
+
+def test_the_takeover_envelope_says_it_is_a_takeover_of_an_interrupted_turn() -> None:
+    text = wk.takeover_envelope(
+        by="Maple", instruction="Go back to plan X", interrupted=True, working_on="refactor\nmore"
+    )
+    assert text.startswith("[TAKEOVER] Maple interrupted your turn while you were working on: ")
+    assert "refactor" in text and "more" not in text
+    assert "This is a takeover of an interrupted turn, not a new task" in text
+    assert "<takeover_instruction>\nGo back to plan X\n</takeover_instruction>" in text
+    calm = wk.takeover_envelope(by="M", instruction="x", interrupted=False, working_on="")
+    assert "interrupted" not in calm and "your last task" in calm
+
+
+def test_results_and_mail_blocks_read_plainly() -> None:
+    ok = wk.result_text("lead / x", WorkerResult(summary="all good", success=True))
+    assert ok == "[TASK RESULT] lead / x succeeded.\n\nall good"
+    ref = wk.result_text("c", WorkerResult(success=True, artifact_id="art-1", summary_tokens=3000))
+    assert "artifact art-1" in ref and "3000 tokens" in ref
+    failed = wk.result_text("c", WorkerResult(success=False, error="boom"))
+    assert "failed" in failed and "Error: boom" in failed
+    assert wk.mail_block([]) == ""
+    block = wk.mail_block([("info", "op", "hi", "body text")])
+    assert block.startswith("<pending_mail>") and block.endswith("</pending_mail>")
+    assert "[info] from op: hi" in block
+
+
+def test_the_dispatch_names_the_parent_the_context_and_how_to_finish() -> None:
+    text = wk.dispatch_text(
+        parent_name="lead",
+        prompt="Do X",
+        purpose="research",
+        inherited_context="lead: earlier",
+        expected_artifacts=["report.md"],
+    )
+    assert text.startswith("# Task from lead (research)\n\nDo X")
+    assert "## Inherited context" in text and "lead: earlier" in text
+    assert "- report.md" in text
+    assert "task-result" in text
+
+
+def test_topology_nests_children_under_parents() -> None:
+    tree = wk.topology([worker("r"), worker("a", "r"), worker("b", "a"), worker("x", "gone")])
+    assert [n["id"] for n in tree] == ["r", "x"]
+    assert tree[0]["children"][0]["id"] == "a"
+    assert tree[0]["children"][0]["children"][0]["id"] == "b"
