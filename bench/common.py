@@ -97,6 +97,11 @@ def distribution(name: str, samples: list[float]) -> dict[str, Any]:
     }
 
 
+def filler(label: str, size: int) -> str:
+    """A text of ``size`` characters that starts by saying what it is."""
+    return (label + " " + "lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -198,24 +203,32 @@ async def measure_backend(
 
 
 async def compare_backends(
-    backends: tuple[str, ...],
-    quick: bool,
-    measure: Callable[[str], Awaitable[dict[str, Any]]],
+    plan: Any,
+    sections: Sequence[Section],
     headlines: Sequence[str],
     *,
     per_backend: Sequence[str],
+    home_prefix: str,
+    database_prefix: str,
     targets: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Measure each backend; the result leads with the ``headlines`` (and the ``targets`` met),
-    then names the ``per_backend`` figures of each backend, then has them all by backend."""
+    """Measure the ``sections`` on each of ``plan.backends`` (``measure_backend``); the result
+    leads with the ``headlines`` (and the ``targets`` met), then names the ``per_backend`` figures
+    of each backend, then has them all by backend."""
     load_before = load_average()
-    by_backend = {backend: await measure(backend) for backend in backends}
+    backends: tuple[str, ...] = plan.backends
+    by_backend = {
+        backend: await measure_backend(
+            backend, plan, sections, home_prefix=home_prefix, database_prefix=database_prefix
+        )
+        for backend in backends
+    }
     # The headline figures are SQLite's when it ran (the targets are set on SQLite).
     headline = "sqlite" if "sqlite" in by_backend else backends[0]
     lead = by_backend[headline]
     result: dict[str, Any] = {
         "backend": backends[0] if len(backends) == 1 else "both",
-        "quick": quick,
+        "quick": plan.quick,
         "headline_backend": headline,
         **{key: lead[key] for key in headlines},
     }

@@ -37,6 +37,7 @@ from common import (
     TimedRuntime,
     conditions,
     distribution,
+    filler,
     load_average,
     measure_backend,
     ms,
@@ -92,11 +93,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def _text(label: str, size: int = REPLY_CHARS) -> str:
-    """A message of about ``size`` characters that says what it is."""
-    return (label + " " + "lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
-
-
 async def _agent(hub: Hub, operator: Principal, agent_id: str) -> None:
     await hub.identity.create_agent(operator, AgentSpec(id=agent_id, runtime={"kind": "scripted"}))
 
@@ -121,18 +117,18 @@ async def bench_overhead(
     members = [f"speaker-{i}" for i in range(1, 5)]
     for member in members:
         await _agent(hub, operator, member)
-        reply = _text(f"{member} answers")
+        reply = filler(f"{member} answers", REPLY_CHARS)
         runtimes.set(member, TimedRuntime(ScriptedRuntime(lambda _t, r=reply: r), log.note))
     channel = await hub.channels.create(
         operator, ChannelSpec(name="overhead", members=members, discussion_rounds=5)
     )
     progress(f"overhead: 1 warm-up task, then {plan.overhead_tasks} tasks of 5 rounds x 4")
-    await hub.channels.post(operator, channel.id, _text("warm-up topic"))
+    await hub.channels.post(operator, channel.id, filler("warm-up topic", REPLY_CHARS))
     await hub.tasks.wait_idle()
     log.calls.clear()
     began = time.perf_counter()
     for i in range(plan.overhead_tasks):
-        await hub.channels.post(operator, channel.id, _text(f"topic {i}"))
+        await hub.channels.post(operator, channel.id, filler(f"topic {i}", REPLY_CHARS))
         await hub.tasks.wait_idle()
     wall = time.perf_counter() - began
     spans: list[float] = []
@@ -182,7 +178,7 @@ async def _fill(hub: Hub, channel_id: str, count: int, size: int) -> None:
         async def job(tx: Tx, n: int = chunk) -> None:
             for _ in range(n):
                 await hub.channels.append(
-                    tx, channel_id, sender_id=sender, sender_kind="human", content=_text("f", size)
+                    tx, channel_id, sender_id=sender, sender_kind="human", content=filler("f", size)
                 )
 
         await hub.store.write(job)
@@ -203,7 +199,7 @@ async def _prompt_curve(
 
     def record(turn: Turn) -> str:
         seen.append((turn.prompt.char_count(), len(turn.prompt.transcript)))
-        return _text("noted", size)
+        return filler("noted", size)
 
     agent_id = f"reader-{name}"
     await _agent(hub, operator, agent_id)
@@ -217,7 +213,7 @@ async def _prompt_curve(
             found = await tx.get_channel(channel.id)
         assert found is not None
         await _fill(hub, channel.id, target - found.last_seq - 1, size)
-        await hub.channels.post(operator, channel.id, _text(f"question at {target}", size))
+        await hub.channels.post(operator, channel.id, filler(f"question at {target}", size))
         await hub.tasks.wait_idle()
         curve[target] = seen[-1]
     return curve
@@ -299,7 +295,7 @@ class Races:
             await asyncio.sleep(0)
         if run.rng.random() < run.silence:
             return NO_REPLY
-        return _text(f"{turn.agent.id} on {turn.trigger_id} round {turn.round}", 120)
+        return filler(f"{turn.agent.id} on {turn.trigger_id} round {turn.round}", 120)
 
     async def at(self, turn: Turn, phase: str) -> None:
         run = self.runs.get(turn.channel_id)
@@ -333,7 +329,7 @@ class Races:
     async def post(self, run: Run, label: str) -> None:
         # The trigger id is known once the post returns; the hooks that wait for this
         # trigger's task match calls by it, and its task cannot call before we resume.
-        posted = await self.hub.channels.post(self.operator, run.channel_id, _text(label, 80))
+        posted = await self.hub.channels.post(self.operator, run.channel_id, filler(label, 80))
         run.triggers.append(posted.message.id)
 
     async def finished(self, task: Any) -> None:

@@ -5,8 +5,9 @@
   A and B are real MCP clients over Streamable HTTP with their own tokens, against a hub served
   by uvicorn in a child process. After each message B re-arms its wait; it is given a moment to
   reach the hub before A sends, so every sample is a wake, not a pick-up of waiting mail.
-* ``default_profile_tokens`` / ``mail_profile_tokens`` / ``discuss_profile_tokens``: what each
-  profile's ``tools/list`` costs a client, in cl100k_base tokens (names, descriptions, schemas).
+* ``<profile>_profile_tokens``, one per profile (``default``, ``mail``, ``discuss``, ``rooms``,
+  ``workers``): what its ``tools/list`` costs a client, in cl100k_base tokens (names,
+  descriptions, schemas).
 
 Progress goes to stderr; the last line of stdout is one JSON object with the figures.
 """

@@ -39,7 +39,7 @@ from common import (
     chosen_backends,
     compare_backends,
     distribution,
-    measure_backend,
+    filler,
     ms,
     parse_args,
     run_main,
@@ -80,11 +80,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
         meetings=args.meetings or (15 if quick else 100),
         speech_chars=DEFAULT_SPEECH_TARGET,
     )
-
-
-def _text(label: str, size: int) -> str:
-    """A speech of about ``size`` characters that says who gave it."""
-    return (label + " " + "lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
 
 
 def _is_minutes(turn: Turn) -> bool:
@@ -136,7 +131,7 @@ class Script:
         if _is_speech(turn):
             n = self.spoken.get(meeting, 0)
             self.spoken[meeting] = n + 1
-            return _text(f"{turn.agent.id} speech {n}", self.speech_chars)
+            return filler(f"{turn.agent.id} speech {n}", self.speech_chars)
         return NO_REPLY
 
     def note(
@@ -326,17 +321,13 @@ HEADLINES = (
 
 
 async def run(plan: Plan) -> dict[str, Any]:
-    async def measure(backend: str) -> dict[str, Any]:
-        return await measure_backend(
-            backend,
-            plan,
-            (bench_overhead, bench_prompt),
-            home_prefix="parley-bench-meeting-",
-            database_prefix="parley_bench_meet_",
-        )
-
     return await compare_backends(
-        plan.backends, plan.quick, measure, HEADLINES, per_backend=HEADLINES[:3]
+        plan,
+        (bench_overhead, bench_prompt),
+        HEADLINES,
+        per_backend=HEADLINES[:3],
+        home_prefix="parley-bench-meeting-",
+        database_prefix="parley_bench_meet_",
     )
 
 

@@ -39,7 +39,6 @@ from common import (
     chosen_backends,
     compare_backends,
     distribution,
-    measure_backend,
     ms,
     parse_args,
     run_main,
@@ -117,7 +116,7 @@ class Entries:
                 await self._changed.wait()
 
 
-class TimedRuntime:
+class EntryTimedRuntime:
     """Wraps a runtime to note when each turn enters it, and the CLI's interrupt time of a
     turn that was cancelled (from its failure's details)."""
 
@@ -150,7 +149,7 @@ async def bench_spawn(
 ) -> dict[str, Any]:
     entries = Entries()
     await _agent(hub, operator, "lead", {"kind": "scripted"})
-    runtimes.set("lead", TimedRuntime(ScriptedRuntime(lambda _turn: "done"), entries))
+    runtimes.set("lead", EntryTimedRuntime(ScriptedRuntime(lambda _turn: "done"), entries))
     progress(f"spawn: {plan.spawns} children, {CHILDREN_PER_PARENT} per root worker")
     to_turn: list[float] = []
     call: list[float] = []
@@ -201,7 +200,7 @@ async def bench_cancel(
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    runtimes.set("crew", TimedRuntime(ScriptedRuntime(held), entries))
+    runtimes.set("crew", EntryTimedRuntime(ScriptedRuntime(held), entries))
     progress(f"cancel: {plan.trees} trees of {TREE_SIZE} running workers")
     samples: list[float] = []
     seen_killed: list[float] = []
@@ -278,7 +277,7 @@ async def bench_takeover(
         }
         await _agent(hub, operator, "coder", config)
         cli = CommandRuntime.from_config(config)
-        runtimes.set("coder", TimedRuntime(cli, entries))
+        runtimes.set("coder", EntryTimedRuntime(cli, entries))
         progress(f"takeover: {plan.takeovers} takeovers of a fake Claude Code turn mid-stream")
         worker = await hub.workers.start(
             operator, StartSpec(agent_id="coder", prompt="Refactor the parser")
@@ -338,17 +337,14 @@ TARGETS = {"spawn_p99_ms": 50.0, "cancel_tree_100_ms": 500.0, "takeover_p99_ms":
 
 
 async def run(plan: Plan) -> dict[str, Any]:
-    async def measure(backend: str) -> dict[str, Any]:
-        return await measure_backend(
-            backend,
-            plan,
-            (bench_spawn, bench_cancel, bench_takeover),
-            home_prefix="parley-bench-workers-",
-            database_prefix="parley_bench_work_",
-        )
-
     return await compare_backends(
-        plan.backends, plan.quick, measure, HEADLINES, per_backend=HEADLINES, targets=TARGETS
+        plan,
+        (bench_spawn, bench_cancel, bench_takeover),
+        HEADLINES,
+        per_backend=HEADLINES,
+        targets=TARGETS,
+        home_prefix="parley-bench-workers-",
+        database_prefix="parley_bench_work_",
     )
 
 

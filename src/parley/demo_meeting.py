@@ -273,7 +273,8 @@ class MeetingScene:
                 if event != "meeting":
                     continue
                 if data["status"] == "ended":
-                    for m in await demo.call(demo.op, "GET", f"{path}/transcript"):
+                    after = {"after_seq": screen.last_seq}
+                    for m in await demo.call(demo.op, "GET", f"{path}/transcript", params=after):
                         screen.message(m)  # anything the stream had not delivered yet
                     screen.meeting(data)
                     screen.minutes(await demo.call(demo.op, "GET", f"{path}/minutes"))

@@ -153,6 +153,11 @@ def test_mail_body_from_file_and_stdin(cli: Cli, tmp_path: Path) -> None:
     assert from_stdin["body"] == "piped\n"
     both = cli.run("mail", "send", "alice", "--body", "x", "--body-file", str(body_file))
     assert both.returncode == 2
+    for payload in ("{nope", "[1, 2]"):
+        # A payload is a JSON object: anything else is a usage error before any request.
+        refused = cli.run("mail", "send", "alice", "--kind", "notice", "--payload", payload)
+        assert refused.returncode == 2
+        assert "--payload" in refused.stderr
     cli.fails("mail", "send", "alice", "--kind", "gossip", code="unknown_kind")
     assert len(cli.json("mail", "inbox", token=alice)) == 2
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.model_server import FakeModelServer
+from tests.fakes.model_server import FakeModelServer, FakeReply
 
 
 class FakeAnthropicServer(FakeModelServer):
@@ -22,15 +22,20 @@ class FakeAnthropicServer(FakeModelServer):
     def base_url(self) -> str:
         return self.url
 
-    async def create(self, request: Request) -> JSONResponse:
+    @staticmethod
+    def error_response(reply: FakeReply) -> JSONResponse:
+        """A scripted HTTP error, in the Messages API's error shape (streamed or not)."""
+        return JSONResponse(
+            {"type": "error", "error": {"type": "api_error", "message": reply.error_message}},
+            status_code=reply.status,
+            headers=reply.headers,
+        )
+
+    async def create(self, request: Request) -> Response:
         reply = await self.take(request)
         sent = self.requests[-1]
         if reply.status != 200:
-            return JSONResponse(
-                {"type": "error", "error": {"type": "api_error", "message": reply.error_message}},
-                status_code=reply.status,
-                headers=reply.headers,
-            )
+            return self.error_response(reply)
         n = len(self.requests)
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         content += [

@@ -10,11 +10,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.fakes.model_server import FakeModelServer
+from tests.fakes.openai_server import FakeOpenAIServer
 
 
 def _sse(event: dict[str, Any]) -> str:
@@ -36,10 +36,7 @@ class FakeAnthropicStreamServer(FakeAnthropicServer):
             return await super().create(request)
         reply = await self.take(request)
         if reply.status != 200:
-            return JSONResponse(
-                {"type": "error", "error": {"type": "api_error", "message": reply.error_message}},
-                status_code=reply.status,
-            )
+            return self.error_response(reply)
         n = len(self.requests)
         message = {
             "id": f"msg_{n}",
@@ -74,23 +71,17 @@ class FakeAnthropicStreamServer(FakeAnthropicServer):
         return StreamingResponse(_stream(events), media_type="text/event-stream")
 
 
-class FakeResponsesServer(FakeModelServer):
-    """``POST /v1/responses`` streamed, the wire API Codex uses for a custom provider."""
+class FakeResponsesServer(FakeOpenAIServer):
+    """``POST /v1/responses`` streamed, the wire API Codex uses for a custom provider (its base
+    URL and its errors are the other OpenAI endpoints')."""
 
     def app(self) -> Any:
         return Starlette(routes=[Route("/v1/responses", self.create, methods=["POST"])])
 
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/v1"
-
     async def create(self, request: Request) -> Response:
         reply = await self.take(request)
         if reply.status != 200:
-            return JSONResponse(
-                {"error": {"message": reply.error_message, "type": "server_error"}},
-                status_code=reply.status,
-            )
+            return self.error_response(reply)
         n = len(self.requests)
         item = {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "in_progress"}
         done = {

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.fakes.model_server import FakeModelServer
+from tests.fakes.model_server import FakeModelServer, FakeReply
 
 
 class FakeOpenAIServer(FakeModelServer):
@@ -24,15 +24,20 @@ class FakeOpenAIServer(FakeModelServer):
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
+    @staticmethod
+    def error_response(reply: FakeReply) -> JSONResponse:
+        """A scripted HTTP error, in the shape every OpenAI endpoint answers errors with."""
+        return JSONResponse(
+            {"error": {"message": reply.error_message, "type": "server_error", "code": None}},
+            status_code=reply.status,
+            headers=reply.headers,
+        )
+
     async def complete(self, request: Request) -> JSONResponse:
         reply = await self.take(request)
         sent = self.requests[-1]
         if reply.status != 200:
-            return JSONResponse(
-                {"error": {"message": reply.error_message, "type": "server_error", "code": None}},
-                status_code=reply.status,
-                headers=reply.headers,
-            )
+            return self.error_response(reply)
         n = len(self.requests)
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.calls:

@@ -14,7 +14,7 @@ import pytest
 
 from parley.bootstrap import build_hub
 from parley.config import Settings
-from parley.core.errors import InvalidRequest, NotFound, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.service.hub import Hub
@@ -375,3 +375,34 @@ async def test_a_missing_inbox_owner_is_reported_for_the_service(
     with pytest.raises(NotFound) as info:
         await hub.mailroom.import_files(operator, seed_files())
     assert info.value.details["recipients"] == ["architect-lin", "qa-xu"]
+
+
+async def test_an_idempotency_key_another_message_holds_is_refused(
+    hub: Hub, operator: Principal
+) -> None:
+    """A sender's idempotency key stays unique through an import: held by a stored message or
+    by an earlier file of the same import, the import is refused whole."""
+    agents = await add_agents(hub, "alice", "bob")
+    sent = await send(hub, agents["alice"], "bob", "task", subject="once", idempotency_key="k-1")
+    [original] = (await hub.mailroom.export(operator)).values()
+    key = "idempotency_key: k-1\n"
+    assert key in original
+
+    def copy(new_id: str, new_key: str = "k-1") -> str:
+        text = original.replace(f"id: {sent.id}\n", f"id: {new_id}\n")
+        return text.replace(key, f"idempotency_key: {new_key}\n")
+
+    with pytest.raises(Conflict) as info:
+        await hub.mailroom.import_files(operator, {"inbox/bob/a.md": copy("msg-copy-1")})
+    assert (info.value.code, info.value.details["id"]) == ("idempotency_key_taken", "msg-copy-1")
+    assert f"{sent.id!r} already holds" in info.value.message
+
+    files = {
+        "inbox/bob/a.md": copy("msg-copy-1", "k-2"),
+        "inbox/bob/b.md": copy("msg-copy-2", "k-2"),
+    }
+    with pytest.raises(Conflict) as info:
+        await hub.mailroom.import_files(operator, files)
+    assert info.value.details["id"] == "msg-copy-2"
+    assert "'msg-copy-1' already holds" in info.value.message
+    assert [m.id for m in await all_messages(hub)] == [sent.id]

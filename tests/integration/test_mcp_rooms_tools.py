@@ -200,7 +200,7 @@ async def test_three_remote_agents_hold_a_meeting_over_mcp(
         "b": "idle-waiting",
         "c": "idle-waiting",
     }
-    transcript = await hub.meetings.transcript(operator, meeting)
+    transcript = (await hub.meetings.transcript(operator, meeting)).rows
     spoken_rows = [(m.sender_id, m.content) for m in transcript if m.sender_kind == "agent"]
     assert spoken_rows == said
     minutes = await hub.meetings.minutes(operator, meeting)
@@ -227,7 +227,7 @@ async def test_a_speech_over_the_hard_limit_is_not_posted_and_the_turn_is_asked_
         assert "Write YOUR minutes" in minutes["prompt"]
         await client.call_tool("speak", {"turn_id": minutes["turn_id"], "text": "Ok."})
         await hub.meetings.wait_idle()
-    transcript = await hub.meetings.transcript(operator, meeting)
+    transcript = (await hub.meetings.transcript(operator, meeting)).rows
     assert [m.content for m in transcript if m.sender_kind == "agent"] == ["Short now."]
     outcomes = [s.outcome for s in await hub.meetings.speeches(operator, meeting)]
     assert outcomes == ["over_limit", "accepted"]

@@ -17,6 +17,7 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
 from parley.service.tools.toolbox import NOT_IN_A_TURN
+from parley.service.worker_control import wait_turn
 from parley.service.workers import SpawnSpec, StartSpec
 from parley.surfaces.mcp import PROFILES, build_mcp
 from tests.conftest import AgentHandle, MakeAgent
@@ -373,7 +374,7 @@ async def test_an_api_agents_turn_spawns_from_its_own_worker_and_a_child_turn_re
         root = await hub.workers.start(operator, StartSpec(agent_id="alice", prompt="Plan it"))
         assert root.task_id is not None
         # Not wait_idle: the child's turn waits for kid, which answers further down.
-        await within(hub.workers.turn_ended(root.task_id).wait(), "alice's turn")
+        await within(wait_turn(hub.workers, root.task_id), "alice's turn")
         offered = [t["function"]["name"] for t in model.requests[0]["tools"]]
         assert [n for n in offered if n in WORKER_TOOLS] == [
             n for n in WORKER_TOOLS if n not in NOT_IN_A_TURN

@@ -277,7 +277,7 @@ async def test_an_over_limit_speech_is_rejected_retried_once_then_failed(
     ]
     retry = team["a"].speech_turns()[1].prompt.instructions
     assert "100" in retry and "150" in retry
-    transcript = await hub.meetings.transcript(operator, meeting.id)
+    transcript = (await hub.meetings.transcript(operator, meeting.id)).rows
     assert not any(m.content.startswith(("x" * 101, "y" * 101)) for m in transcript)
 
 
@@ -346,7 +346,9 @@ async def test_a_meeting_left_running_by_a_dead_hub_is_interrupted_on_start(
         operator = await second.identity.authenticate(token)
         done = await second.meetings.get(operator, meeting.id)
         assert (done.status, done.end_reason) == ("ended", "interrupted")
-        transcript = [m.content for m in await second.meetings.transcript(operator, meeting.id)]
+        transcript = [
+            m.content for m in (await second.meetings.transcript(operator, meeting.id)).rows
+        ]
         assert "said before the crash" in transcript
         assert transcript[-1].startswith("[Meeting interrupted]")
         assert await states(second, operator, room.id) == {"a": "idle-waiting", "b": "done"}
@@ -487,3 +489,64 @@ async def test_meeting_calls_are_counted_in_the_turn_metrics(
     assert seen[("parley_turns_total", (("outcome", "rejected"), ("runtime", "scripted")))] == 1
     over = ("parley_turn_failures_total", (("reason", "over_limit"), ("runtime", "scripted")))
     assert seen[over] == 1
+
+
+async def test_the_status_of_a_room_shows_its_running_meeting_else_its_latest(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "b"])
+    room = await room_with(hub, operator, ["a", "b"])
+    a = await hub.identity.require("a")
+    empty = await hub.meetings.status(a, room_id=room.id, meeting_id=None, recent=5)
+    assert (empty.meeting, empty.recent) == (None, [])
+    assert [m.agent_id for m in empty.members] == ["a", "b"]
+    first = await hub.meetings.convene(a, room.id, ConveneSpec(topic="first"))
+    await finished(hub, operator, first.id)
+    latest = await hub.meetings.status(a, room_id=room.id, meeting_id=None, recent=1)
+    assert latest.meeting is not None and latest.meeting.id == first.id
+    [note] = latest.recent
+    assert note.content.startswith("[Meeting adjourned]")
+    team["a"].speech_gate = asyncio.Event()
+    second = await hub.meetings.convene(a, room.id, ConveneSpec(topic="second"))
+    await team["a"].speech_started.wait()
+    running = await hub.meetings.status(a, room_id=room.id, meeting_id=None, recent=0)
+    assert running.meeting is not None and running.meeting.id == second.id
+    assert running.recent == []
+    named = await hub.meetings.status(operator, room_id=None, meeting_id=first.id, recent=0)
+    assert (named.room_id, named.meeting) == (room.id, await hub.meetings.get(operator, first.id))
+    team["a"].speech_gate.set()
+    await finished(hub, operator, second.id)
+
+
+async def test_two_hubs_convening_one_room_at_once_start_one_meeting(
+    settings: Settings, clock: FakeClock, backend: str
+) -> None:
+    """Hubs sharing a store convene one at a time per room: the second finds the first's
+    meeting running, whichever wins (one SQLite file has one hub: it convenes twice)."""
+    hubs = [build_hub(settings, clock=clock, runtimes=StaticRuntimes())]
+    if backend == "postgres":
+        hubs.append(build_hub(settings, clock=clock, runtimes=StaticRuntimes()))
+    for hub in hubs:
+        await hub.start(background=False)
+        hub.meetings.launch = lambda meeting: None  # type: ignore[method-assign]
+    try:
+        operator = await hubs[0].identity.authenticate(hubs[0].operator_token)
+        await hubs[0].identity.create_agent(operator, AgentSpec(id="a", runtime={"kind": "none"}))
+        room = await room_with(hubs[0], operator, ["a"])
+        results = await asyncio.gather(
+            *(
+                hubs[i % len(hubs)].meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+                for i in (0, 1)
+            ),
+            return_exceptions=True,
+        )
+        convened = [r for r in results if isinstance(r, Meeting)]
+        refused = [r for r in results if isinstance(r, Conflict)]
+        assert len(convened) == 1, results
+        assert [r.code for r in refused] == ["meeting_already_running"]
+        assert [m.id for m in await hubs[-1].meetings.of_room(operator, room.id)] == [
+            convened[0].id
+        ]
+    finally:
+        for hub in hubs:
+            await hub.stop()

@@ -11,10 +11,11 @@ import httpx
 
 from parley.core.identity import Principal
 from parley.service.hub import Hub
+from parley.service.meetings import ConveneSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import within
-from tests.integration.meeting_support import members
+from tests.integration.meeting_support import members, room_with
 from tests.integration.test_channels import Served, sse_events
 
 
@@ -112,3 +113,30 @@ async def test_a_meeting_is_watched_live_interjected_and_stopped_over_rest(
             for m in (await client.get(f"/v1/rooms/{room}/members")).json()
         }
         assert states == {"a": "idle-waiting", "b": "idle-waiting"}
+
+
+async def test_a_long_transcript_comes_a_page_at_a_time(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes, api: Any
+) -> None:
+    team = await members(make_agent, runtimes, ["a"])
+    team["a"].speech_gate = asyncio.Event()
+    room = await room_with(hub, operator, ["a"])
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    for n in range(4):
+        await hub.meetings.post(operator, meeting.id, f"post {n}")
+    op = api(hub.operator_token)
+    path = f"/v1/rooms/meetings/{meeting.id}/transcript"
+    seen: list[int] = []
+    url: str | None = f"{path}?limit=2"
+    while url is not None:
+        r = await op.get(url)
+        assert r.status_code == 200, r.text
+        seen += [m["seq"] for m in r.json()]
+        url = r.links.get("next", {}).get("url")
+    assert seen == [1, 2, 3, 4, 5]
+    r = await op.get(path, params={"latest": 2})
+    assert ([m["content"] for m in r.json()], r.links) == (["post 2", "post 3"], {})
+    r = await op.get(path, params={"after_seq": 4})
+    assert [m["content"] for m in r.json()] == ["post 3"]
+    await hub.meetings.stop(operator)
+    team["a"].speech_gate.set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from parley.adapters.runtimes.command import CLAUDE_SESSION_KEY
+from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY
 from parley.core.channels import Task
 from parley.core.identity import Principal
 from parley.service.hub import Hub

@@ -50,14 +50,21 @@ async def running(hub: Hub, message: ChannelMessage, *, flagged: bool) -> Task:
     return task
 
 
+async def hub_with_alpha(settings: Settings, clock: FakeClock) -> tuple[Hub, str, Principal]:
+    """A started hub with the agent ``alpha``, its operator token and operator."""
+    hub = build_hub(settings, clock=clock, runtimes=StaticRuntimes())
+    await hub.start(background=False)
+    token = hub.operator_token
+    assert token is not None
+    operator: Principal = await hub.identity.authenticate(token)
+    await hub.identity.create_agent(operator, AgentSpec(id="alpha", runtime={"kind": "scripted"}))
+    return hub, token, operator
+
+
 async def test_a_restart_keeps_how_stopped_tasks_ended_and_notes_each_channel_once(
     settings: Settings, clock: FakeClock
 ) -> None:
-    first = build_hub(settings, clock=clock, runtimes=StaticRuntimes())
-    await first.start(background=False)
-    token = first.operator_token
-    operator: Principal = await first.identity.authenticate(token)
-    await first.identity.create_agent(operator, AgentSpec(id="alpha", runtime={"kind": "scripted"}))
+    first, token, operator = await hub_with_alpha(settings, clock)
 
     async def group() -> str:
         spec = ChannelSpec(name="g", members=["alpha"])
@@ -113,11 +120,7 @@ async def test_two_cut_off_tasks_of_one_channel_give_one_note(
     settings: Settings, clock: FakeClock
 ) -> None:
     """Two unflagged tasks in one channel (as two hubs sharing a database may leave them)."""
-    first = build_hub(settings, clock=clock, runtimes=StaticRuntimes())
-    await first.start(background=False)
-    token = first.operator_token
-    operator: Principal = await first.identity.authenticate(token)
-    await first.identity.create_agent(operator, AgentSpec(id="alpha", runtime={"kind": "scripted"}))
+    first, token, operator = await hub_with_alpha(settings, clock)
     channel_id = (
         await first.channels.create(operator, ChannelSpec(name="g", members=["alpha"]))
     ).id

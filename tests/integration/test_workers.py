@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from parley.adapters.runtimes.scripted import ScriptedRuntime
-from parley.core.errors import Conflict, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
 from parley.core.runtime import Turn
 from parley.core.workers import IllegalWorkerTransition
@@ -420,3 +421,65 @@ async def test_a_worker_made_from_a_work_channel_turn_goes_idle_when_that_turn_e
     assert main.channel_id == lead.principal.work_channel_id
     assert main.purpose == "main"
     assert main.state == "idle"
+
+
+async def test_an_agent_lists_the_workers_at_and_below_its_own_and_no_others(
+    hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    for name in ("lead", "helper", "other"):
+        await scripted(make_agent, runtimes, name)
+    lead, helper, other = [await hub.identity.require(n) for n in ("lead", "helper", "other")]
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="plan"))
+    await hub.tasks.wait_idle()
+    child = await hub.workers.spawn(
+        operator, root.id, SpawnSpec(prompt="fix it", agent_id="helper", block_parent=True)
+    )
+    grandchild = await hub.workers.spawn(operator, child.id, SpawnSpec(prompt="dig"))
+    sibling = await hub.workers.spawn(operator, root.id, SpawnSpec(prompt="x", agent_id="other"))
+    elsewhere = await hub.workers.start(operator, StartSpec(agent_id="other", prompt="alone"))
+    await hub.tasks.wait_idle()
+
+    async def listed(who: Principal, *states: str, limit: int = 200) -> list[str]:
+        return [w.id for w in await hub.workers.listing(who, state=states, limit=limit)]
+
+    assert await listed(lead) == [sibling.id, grandchild.id, child.id, root.id]
+    assert await listed(lead, limit=2) == [sibling.id, grandchild.id]
+    # The agent of a child sees its subtree, not its parent or its siblings.
+    assert await listed(helper) == [grandchild.id, child.id]
+    assert await listed(helper, "completed") == [grandchild.id, child.id]
+    assert await listed(helper, "idle") == []
+    assert await listed(other) == [elsewhere.id, sibling.id]
+    assert len(await listed(operator)) == 5
+    with pytest.raises(InvalidRequest) as err:
+        await hub.workers.listing(lead, state=["asleep"])
+    assert err.value.code == "validation_error"
+    # The same rule for a session's topology: who is above a worker may read its session,
+    # but a runtime's session state is its agent's business, on every surface.
+    view = await hub.workers.topology(lead, grandchild.session_id)
+    assert [w["id"] for w in view["workers"]] == [grandchild.id]
+    assert view["session"]["runtime_state"] is None
+    for owner in (helper, operator):
+        view = await hub.workers.topology(owner, grandchild.session_id)
+        assert view["session"]["runtime_state"] == {}
+    with pytest.raises(NotFound):
+        await hub.workers.topology(helper, root.session_id)
+
+
+async def test_a_heartbeat_for_all_of_an_agents_workers_is_one_commit(
+    hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes, clock
+) -> None:
+    await scripted(make_agent, runtimes, "a")
+    agent = await hub.identity.require("a")
+    first = await hub.workers.start(operator, StartSpec(agent_id="a", prompt="one"))
+    second = await hub.workers.start(operator, StartSpec(agent_id="a", prompt="two"))
+    ended = await hub.workers.start(operator, StartSpec(agent_id="a", prompt="three"))
+    await hub.tasks.wait_idle()
+    await hub.workers.release(operator, ended.id)
+    clock.advance(hub.settings.worker_stale_after_s + 1)
+    assert {w.id for w in await hub.workers.sweep_stale()} == {first.id, second.id}
+    beaten = await hub.workers.heartbeat_all(agent, long_running=True)
+    assert [(w.id, w.state, w.long_running) for w in beaten] == [
+        (second.id, "running", True),
+        (first.id, "running", True),
+    ]
+    assert await hub.workers.heartbeat_all(operator) == []

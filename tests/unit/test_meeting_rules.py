@@ -9,6 +9,7 @@ import pytest
 
 from parley.core import meetings as mt
 from parley.core.errors import Conflict
+from parley.core.rooms import Attendee, Meeting
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -123,6 +124,29 @@ def test_round_cap() -> None:
     assert mt.round_of(3, 3) == 2
     assert not mt.round_cap_reached(5, 3, 2)
     assert mt.round_cap_reached(6, 3, 2)
+
+
+def test_the_roll_call_of_a_running_and_an_ended_meeting() -> None:
+    meeting = Meeting(
+        id="m",
+        room_id="r",
+        channel_id="c",
+        topic="t",
+        convened_by="a",
+        max_rounds=2,
+        turns=5,
+        attendees=[
+            Attendee(agent_id="a", before="idle-waiting", attendance="present", entered_round=1),
+            Attendee(agent_id="w", before="working", attendance="awaiting"),
+            Attendee(agent_id="x", before="working", attendance="absent"),
+        ],
+        created=datetime(2025, 1, 1, tzinfo=UTC),
+    )
+    assert mt.present(meeting) == ["a"]
+    assert mt.roll_call(meeting) == mt.RollCall(["a"], ["w"], ["x"], 2)  # capped at 2/2
+    ended = mt.roll_call(meeting.model_copy(update={"status": "ended"}))
+    # Nobody awaits entry to a meeting that is over: who never came was absent.
+    assert (ended.awaiting, ended.absent) == ([], ["x", "w"])
 
 
 # -- budgets and minutes ------------------------------------------------------------------------

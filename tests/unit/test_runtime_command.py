@@ -5,6 +5,7 @@ and cancel. The kept-alive Claude Code process and Codex have their own test mod
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from parley.adapters.runtimes.command import CLAUDE_SESSION_KEY, CommandRuntime
+from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY
+from parley.adapters.runtimes.command import CommandRuntime
 from parley.adapters.runtimes.factory import build_runtime
 from parley.core.errors import ConfigError, InvalidRequest, RuntimeFailure
 from parley.core.runtime import Usage
@@ -164,6 +166,18 @@ async def test_claude_one_shot_failure_keeps_the_exit_code_and_stderr() -> None:
     assert "the session store is corrupt" in failure.details["stderr_tail"]
     assert "exit status 2" in failure.message
     assert "the session store is corrupt" in failure.message
+
+
+async def test_a_json_stream_whose_last_line_has_no_line_break_is_read_whole() -> None:
+    # Each stdout line is read once, as it arrives: the last one counts even without its "\n".
+    result = {"type": "result", "subtype": "success", "result": "done", "session_id": "s-1"}
+    script = f"import sys; sys.stdin.readline(); sys.stdout.write({json.dumps(result)!r})"
+    runtime = command(
+        [sys.executable, "-c", script], protocol="claude-stream-json", keep_alive=False
+    )
+    reply = await runtime.respond(make_turn())
+    assert reply.text == "done"
+    assert reply.runtime_state == {CLAUDE_SESSION_KEY: "s-1"}
 
 
 async def test_claude_cancel_sends_an_interrupt_first(ready: ReadyListener) -> None:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core import workers as wk
+from parley.core.identity import Principal
 from parley.core.workers import IllegalWorkerTransition, Worker, WorkerResult
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -195,3 +196,48 @@ def test_topology_nests_children_under_parents() -> None:
     assert [n["id"] for n in tree] == ["r", "x"]
     assert tree[0]["children"][0]["id"] == "a"
     assert tree[0]["children"][0]["children"][0]["id"] == "b"
+
+
+def test_the_parent_chain_decides_who_controls_and_who_sees_a_worker() -> None:
+    def who(principal_id: str, role: str = "member") -> Principal:
+        return Principal(
+            id=principal_id, kind="agent", role=role, display_name=principal_id, created=T0
+        )
+
+    root = worker("r", agent_id="lead", created_by="ops")
+    child = worker("c", "r", agent_id="helper", created_by="lead")
+    grandchild = worker("g", "c", agent_id="scout", created_by="helper")
+    sibling = worker("s", "r", agent_id="other", created_by="lead")
+    by_id = {w.id: w for w in (root, child, grandchild, sibling)}
+    assert [w.id for w in wk.ancestors(grandchild, by_id)] == ["c", "r"]
+    assert wk.ancestors(root, by_id) == []
+    # A parent outside the rows given ends the chain.
+    assert wk.ancestors(grandchild, {"c": child}) == [child]
+
+    def sees(principal: Principal, w: Worker) -> bool:
+        return wk.may_see(principal, w, wk.ancestors(w, by_id))
+
+    def controls(principal: Principal, w: Worker) -> bool:
+        return wk.may_control(principal, w, wk.ancestors(w, by_id))
+
+    # The agent of an ancestor and whoever started or spawned one control all below it.
+    assert controls(who("lead"), grandchild) and controls(who("ops"), grandchild)
+    assert controls(who("helper"), grandchild) and not controls(who("helper"), sibling)
+    # A worker's own agent sees it without controlling it; a stranger does neither.
+    assert sees(who("scout"), grandchild) and not controls(who("scout"), grandchild)
+    assert not sees(who("scout"), child) and not sees(who("other"), grandchild)
+    assert controls(who("boss", role="operator"), sibling)
+    # The chain is bounded: a worker deeper than MAX_DEPTH is not found through the root.
+    chain = [worker("w0", agent_id="lead")]
+    for depth in range(1, wk.MAX_DEPTH + 2):
+        chain.append(worker(f"w{depth}", f"w{depth - 1}", agent_id="x", created_by="x"))
+    deep = {w.id: w for w in chain}
+    assert len(wk.ancestors(chain[-1], deep)) == wk.MAX_DEPTH
+    assert not wk.may_see(who("lead"), chain[-1], wk.ancestors(chain[-1], deep))
+
+
+def test_the_cli_knows_the_same_states_as_the_hub() -> None:
+    from parley.surfaces.cli.worker_view import STATE_STYLES, TERMINAL_STATES
+
+    assert TERMINAL_STATES == wk.TERMINAL
+    assert set(STATE_STYLES) == set(wk.WORKER_STATES)

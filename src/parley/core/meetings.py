@@ -23,7 +23,7 @@ from typing import Literal
 
 from parley.core.errors import Conflict
 from parley.core.limits import text_problem
-from parley.core.rooms import ActivityState, MemberState
+from parley.core.rooms import ActivityState, Meeting, MemberState
 
 # -- the member state machine ---------------------------------------------------------------------
 
@@ -169,6 +169,33 @@ def round_cap_reached(turns: int, present: int, max_rounds: int) -> bool:
     return turns >= max_rounds * max(1, present)
 
 
+def present(meeting: Meeting) -> list[str]:
+    """The attendees in the meeting now, in roster order."""
+    return [a.agent_id for a in meeting.attendees if a.attendance == "present"]
+
+
+@dataclass(frozen=True)
+class RollCall:
+    """A meeting as its views show it: who is present, awaited or absent, and its round."""
+
+    present: list[str]
+    awaiting: list[str]
+    absent: list[str]
+    round: int
+
+
+def roll_call(meeting: Meeting) -> RollCall:
+    """Once a meeting has ended nobody awaits entry (a member that never came is absent), and
+    the round shown never passes the cap."""
+    here = present(meeting)
+    awaiting = [a.agent_id for a in meeting.attendees if a.attendance == "awaiting"]
+    absent = [a.agent_id for a in meeting.attendees if a.attendance == "absent"]
+    if meeting.status == "ended":
+        absent, awaiting = absent + awaiting, []
+    shown = min(round_of(meeting.turns, len(here)), meeting.max_rounds)
+    return RollCall(here, awaiting, absent, shown)
+
+
 # -- budgets and minutes --------------------------------------------------------------------------
 
 SpeechVerdict = Literal["accepted", "retry", "failed"]
@@ -217,7 +244,7 @@ def validate_minutes(
 class SpeakerSources:
     """What a speaker's prompt reads from the store: the meeting channel's members (humans
     included), sender and content of its latest work-channel messages in channel order, and
-    kind, subject and body of its first open mails in inbox order."""
+    kind, subject and body of its latest open mails other than minutes, in inbox order."""
 
     channel_members: list[str]
     work: list[tuple[str, str]]

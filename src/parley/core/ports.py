@@ -126,8 +126,8 @@ class Tx(Protocol):
         self, meeting_channel_id: str, agent_id: str, work_channel_id: str | None, latest: int
     ) -> SpeakerSources:
         """The meeting channel's members and, of the agent's own context, at most ``latest``
-        work-channel messages (the newest) and open mails (the first by ``seq``), in one read
-        of only the columns a speaker's projection quotes."""
+        work-channel messages and open mails other than minutes (the newest of each, in order),
+        in one read of only the columns a speaker's projection quotes."""
         ...
 
     async def count_meeting_turn(

@@ -16,7 +16,6 @@ ActivityState = Literal["working", "idle-waiting", "done"]
 MeetingState = Literal["awaiting-entry", "in-meeting"]
 MEETING_STATES: tuple[str, ...] = get_args(MeetingState)
 MemberState = Literal["working", "idle-waiting", "done", "awaiting-entry", "in-meeting"]
-MEMBER_STATES: tuple[str, ...] = get_args(MemberState)
 
 # When a working member enters: at the end of its turn in flight (default), or at once, its
 # turn going on beside the meeting.
@@ -24,7 +23,6 @@ EntryBoundary = Literal["turn_end", "immediate"]
 
 MeetingStatus = Literal["running", "ended"]
 MeetingEndReason = Literal["adjourned", "round_cap", "stopped", "interrupted", "failed"]
-MEETING_END_REASONS: tuple[str, ...] = get_args(MeetingEndReason)
 
 # What happened to one attendee of a meeting.
 Attendance = Literal["present", "awaiting", "absent"]

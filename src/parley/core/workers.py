@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 from parley.core.errors import Conflict
+from parley.core.identity import Principal
 
 WorkerState = Literal[
     "pending",
@@ -57,6 +58,8 @@ NAME_MAX = 40
 INHERITED_CONTEXT_CHARS = 4000
 PROMPT_MAX_CHARS = 100_000
 INSTRUCTION_MAX_CHARS = 20_000
+# How far up a permission check walks the parent chain.
+MAX_DEPTH = 32
 
 
 class IllegalWorkerTransition(Conflict):
@@ -210,6 +213,34 @@ def orphans(workers: Iterable[Worker], alive: Mapping[str, Worker]) -> list[Work
         if parent is None or parent.terminal:
             found.append(worker)
     return found
+
+
+def ancestors(worker: Worker, by_id: Mapping[str, Worker]) -> list[Worker]:
+    """The worker's parent, its parent's parent, ... among ``by_id`` (nearest first), at most
+    :data:`MAX_DEPTH` of them. A worker's ancestors share its trace."""
+    chain: list[Worker] = []
+    parent_id = worker.parent_worker_id
+    while parent_id is not None and len(chain) < MAX_DEPTH:
+        parent = by_id.get(parent_id)
+        if parent is None:
+            break
+        chain.append(parent)
+        parent_id = parent.parent_worker_id
+    return chain
+
+
+def may_control(caller: Principal, worker: Worker, ancestors: Iterable[Worker]) -> bool:
+    """Operators and the parent may cancel, take over or resume a worker; nobody else. "The
+    parent" is whoever is above it: whoever started or spawned it, or the agent or creator of
+    one of its ``ancestors``."""
+    if caller.is_operator or caller.id == worker.created_by:
+        return True
+    return any(caller.id in (a.agent_id, a.created_by) for a in ancestors)
+
+
+def may_see(caller: Principal, worker: Worker, ancestors: Iterable[Worker]) -> bool:
+    """Its own agent and whoever controls it see a worker; to anyone else it does not exist."""
+    return caller.id == worker.agent_id or may_control(caller, worker, ancestors)
 
 
 def is_stale(worker: Worker, now: datetime, stale_after_s: float) -> bool:

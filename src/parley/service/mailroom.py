@@ -115,15 +115,22 @@ class Mailroom:
     async def _require_free_idempotency_keys(self, tx: Tx, messages: list[Message]) -> None:
         """An original's idempotency key is unique per sender: an imported one that another
         message already holds would make the sender's resend return the wrong message."""
-        claimed: dict[tuple[str, str], str] = {}
-        for msg in messages:
-            if msg.idempotency_key is None or msg.copy_of is not None:
-                continue
+        keyed = [msg for msg in messages if msg.idempotency_key is not None and msg.copy_of is None]
+        c = tx.table("messages").c
+        # (sender, key) -> the message holding it: the stored ones first, read a chunk at a time.
+        held: dict[tuple[str, str | None], str] = {}
+        for start in range(0, len(keyed), _ID_CHUNK):
+            chunk = keyed[start : start + _ID_CHUNK]
+            rows: list[Message] = await tx.select(
+                "messages",
+                c.copy_of.is_(None),
+                c.idempotency_key.in_(sorted({str(msg.idempotency_key) for msg in chunk})),
+                c.from_id.in_(sorted({msg.from_id for msg in chunk})),
+            )
+            held.update({(row.from_id, row.idempotency_key): row.id for row in rows})
+        for msg in keyed:
             key = (msg.from_id, msg.idempotency_key)
-            holder = claimed.get(key)
-            if holder is None:
-                found = await tx.message_by_idempotency(*key)
-                holder = found.id if found is not None else None
+            holder = held.get(key)
             if holder is not None:
                 raise Conflict(
                     f"mailroom message {msg.id!r} from {msg.from_id!r} has idempotency key "
@@ -132,7 +139,7 @@ class Mailroom:
                     code="idempotency_key_taken",
                     id=msg.id,
                 )
-            claimed[key] = msg.id
+            held[key] = msg.id
 
     async def _require_recipients(self, tx: Tx, messages: list[Message]) -> None:
         missing = [

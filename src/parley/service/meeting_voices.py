@@ -134,7 +134,7 @@ class Voices:
         found = await tx.speaker_sources(
             meeting.channel_id, agent.id, agent.work_channel_id, PROJECTION_MESSAGES
         )
-        mail = [(subject, body) for kind, subject, body in found.mail if kind != "minutes"]
+        mail = [(subject, body) for _kind, subject, body in found.mail]
         projection = mt.project_context(found.work, mail, room.config.projection_chars)
         return SpeakerContext(found.channel_members, projection)
 
@@ -155,7 +155,7 @@ class Voices:
         back the meeting and its transcript window as they stand after it."""
         agent = await self.identity.require(member)
         runtime = self.runtime_for(agent)
-        present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
+        present = mt.present(meeting)
         round_number = mt.round_of(meeting.turns, len(present))
         record = functools.partial(
             self.record_speech,

@@ -23,17 +23,18 @@ from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Tas
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
 from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_id, new_ulid
-from parley.core.limits import StorableText
-from parley.core.ports import Runtime, Tx
+from parley.core.limits import StorableText, check_seq
+from parley.core.ports import Page, Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
+from parley.service import runners
 from parley.service.channels import Channels, channel_topic, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
 from parley.service.meeting_voices import SpeakerContext, Voices, entries, meeting_turn
-from parley.service.rooms import Rooms, not_a_member
+from parley.service.rooms import MemberView, Rooms, not_a_member
 from parley.service.tasks import TaskRunner
 
 log = logging.getLogger("parley.meetings")
@@ -47,13 +48,22 @@ class ConveneSpec(BaseModel):
     members: list[StorableText] | None = Field(default=None, max_length=200)
 
 
+@dataclass(frozen=True)
+class MeetingStatus:
+    """A room's members, one of its meetings (or none) and that meeting's latest messages."""
+
+    room_id: str
+    members: list[MemberView]
+    meeting: Meeting | None
+    recent: list[ChannelMessage]
+
+
 @dataclass
 class _Live:
     """In-process state of a meeting this hub drives."""
 
     meeting_id: str
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
     # Transcript entries by message id: each message is rendered once for all the prompts.
     rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
@@ -99,7 +109,9 @@ class Meetings:
         non-member, a non-member summoned, a meeting already running, or nobody able to enter."""
 
         async def job(tx: Tx) -> Meeting:
-            room = await self.rooms.require(tx, room_id)
+            # The room's row lock makes convening one at a time per room, on every hub sharing
+            # the store: two convenes must not both find no meeting running.
+            room = await self.rooms.require(tx, room_id, for_update=True)
             if caller.kind == "agent":
                 own: RoomMember | None = await tx.get("room_members", caller.id)
                 if own is None or own.room_id != room_id:
@@ -242,13 +254,13 @@ class Meetings:
             await self._admit(agent_id)
 
     async def _admit(self, agent_id: str) -> None:
-        async def job(tx: Tx) -> str | None:
+        async def job(tx: Tx) -> None:
             member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
             if member is None or member.state != "awaiting-entry" or member.meeting_id is None:
-                return None
+                return
             meeting: Meeting | None = await tx.get("meetings", member.meeting_id, for_update=True)
             if meeting is None or meeting.status != "running":
-                return None
+                return
             attendees = [
                 a.model_copy(update={"attendance": "present", "entered_round": meeting.round})
                 if a.agent_id == agent_id
@@ -266,12 +278,8 @@ class Meetings:
                 trace_id=meeting.id,
             )
             self._publish(tx, meeting.model_copy(update={"attendees": attendees}))
-            return meeting.id
 
-        meeting_id = await self.ctx.store.write(job)
-        live = self.live.get(meeting_id or "")
-        if live is not None:
-            live.changed.set()
+        await self.ctx.store.write(job)
 
     # -- the driver -------------------------------------------------------------------------------
     async def _drive(self, live: _Live) -> None:
@@ -328,7 +336,7 @@ class Meetings:
             for a in meeting.attendees:
                 if a.attendance == "awaiting" and not self.rooms.in_flight(a.agent_id):
                     await self._admit(a.agent_id)
-            present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
+            present = mt.present(meeting)
             # Turns given, not speeches committed: a failed speech is a turn too, or a meeting
             # whose every speech fails would never reach its cap.
             if mt.round_cap_reached(meeting.turns, len(present), meeting.max_rounds):
@@ -561,11 +569,13 @@ class Meetings:
 
         async def job(tx: Tx) -> list[str]:
             me = tx.table("meetings").c
-            running: list[Meeting] = await tx.select("meetings", me.status == "running")
+            where = [me.status == "running"]
             if caller.kind == "agent":
                 member: RoomMember | None = await tx.get("room_members", caller.id)
-                room = member.room_id if member else None
-                running = [m for m in running if m.room_id == room]
+                if member is None:
+                    return []
+                where.append(me.room_id == member.room_id)
+            running: list[Meeting] = await tx.select("meetings", *where)
             for m in running:
                 await tx.update("meetings", m.id, stop_requested=True)
                 self.ctx.events.record(
@@ -589,13 +599,16 @@ class Meetings:
         async with self.ctx.store.read() as tx:
             return [await tx.get("meetings", meeting_id) for meeting_id in ids]
 
+    async def _visible(self, tx: Tx, caller: Principal, meeting_id: str) -> Meeting:
+        meeting: Meeting | None = await tx.get("meetings", meeting_id)
+        if meeting is None:
+            raise NotFound(f"no meeting {meeting_id!r}", code="meeting_not_found")
+        await self.rooms.check_visible(tx, caller, meeting.room_id)
+        return meeting
+
     async def get(self, caller: Principal, meeting_id: str) -> Meeting:
         async with self.ctx.store.read() as tx:
-            meeting: Meeting | None = await tx.get("meetings", meeting_id)
-            if meeting is None:
-                raise NotFound(f"no meeting {meeting_id!r}", code="meeting_not_found")
-            await self.rooms.check_visible(tx, caller, meeting.room_id)
-        return meeting
+            return await self._visible(tx, caller, meeting_id)
 
     async def of_room(self, caller: Principal, room_id: str) -> list[Meeting]:
         async with self.ctx.store.read() as tx:
@@ -603,19 +616,58 @@ class Meetings:
             me = tx.table("meetings").c
             return await tx.select("meetings", me.room_id == room_id, order_by=[me.id])
 
-    async def transcript(
-        self, caller: Principal, meeting_id: str, *, latest: int | None = None
-    ) -> list[ChannelMessage]:
-        """The meeting's messages in order; with ``latest``, only that many of the newest."""
-        meeting = await self.get(caller, meeting_id)
+    async def status(
+        self, caller: Principal, *, room_id: str | None, meeting_id: str | None, recent: int
+    ) -> MeetingStatus:
+        """The meeting named, else the room's running (or latest) one, with the room's members
+        and the meeting's ``recent`` newest messages, in one read."""
         async with self.ctx.store.read() as tx:
-            page = await tx.channel_page(
+            meeting: Meeting | None
+            if meeting_id is not None:
+                meeting = await self._visible(tx, caller, meeting_id)
+                room_id = meeting.room_id
+            else:
+                assert room_id is not None, "a meeting id or a room id"
+                await self.rooms.check_visible(tx, caller, room_id)
+                me = tx.table("meetings").c
+                # Ids are time-ordered: a running meeting first, else the latest.
+                found: list[Meeting] = await tx.select(
+                    "meetings",
+                    me.room_id == room_id,
+                    order_by=[(me.status == "running").desc(), me.id.desc()],
+                    limit=1,
+                )
+                meeting = found[0] if found else None
+            members = [self.rooms.view(row) for row in await self.rooms.member_rows(tx, room_id)]
+            messages: list[ChannelMessage] = []
+            if meeting is not None and recent:
+                page = await tx.channel_page(
+                    meeting.channel_id, latest=recent, max_bytes=self.ctx.settings.page_max_bytes
+                )
+                messages = page.rows
+        return MeetingStatus(room_id, members, meeting, messages)
+
+    async def transcript(
+        self,
+        caller: Principal,
+        meeting_id: str,
+        *,
+        after_seq: int | None = None,
+        latest: int | None = None,
+        limit: int = 500,
+    ) -> Page[ChannelMessage]:
+        """The meeting's messages in order, a page at a time as a channel's are: at most
+        ``limit`` after ``after_seq`` (or the ``latest`` ones), within the hub's page budget."""
+        check_seq(after_seq, "after_seq")
+        async with self.ctx.store.read() as tx:
+            meeting = await self._visible(tx, caller, meeting_id)
+            return await tx.channel_page(
                 meeting.channel_id,
+                after_seq=after_seq,
                 latest=latest,
-                limit=500,
+                limit=limit,
                 max_bytes=self.ctx.settings.page_max_bytes,
             )
-        return page.rows
 
     async def speeches(self, caller: Principal, meeting_id: str) -> list[Speech]:
         await self.get(caller, meeting_id)
@@ -637,9 +689,7 @@ class Meetings:
 
     async def wait_idle(self) -> None:
         """Wait until no meeting of this hub is being driven (tests, demo, shutdown)."""
-        while self.live:
-            runners = [lv.runner for lv in list(self.live.values()) if lv.runner is not None]
-            await asyncio.gather(*runners, return_exceptions=True)
+        await runners.wait_all(self.live)
 
     async def recover(self) -> list[Meeting]:
         """On start: a meeting left running by a hub that is gone is closed as interrupted, its
@@ -661,10 +711,4 @@ class Meetings:
         return out
 
     async def stop_all(self) -> None:
-        for live in list(self.live.values()):
-            if live.runner is not None:
-                live.runner.cancel()
-        for live in list(self.live.values()):
-            if live.runner is not None:
-                with contextlib.suppress(BaseException):
-                    await live.runner
+        await runners.cancel_all(self.live)

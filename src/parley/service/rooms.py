@@ -114,8 +114,8 @@ class Rooms:
 
         return await self.ctx.store.write(job)
 
-    async def require(self, tx: Tx, room_id: str) -> Room:
-        room: Room | None = await tx.get("rooms", room_id)
+    async def require(self, tx: Tx, room_id: str, *, for_update: bool = False) -> Room:
+        room: Room | None = await tx.get("rooms", room_id, for_update=for_update)
         if room is None:
             raise NotFound(f"no room {room_id!r}", code="room_not_found")
         return room

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parley.core import discussion as d
-from parley.core.channels import EndReason, Task
+from parley.core.channels import Channel, EndReason, Task
 from parley.core.ports import Tx
 
 if TYPE_CHECKING:
@@ -31,12 +31,17 @@ async def recover(runner: TaskRunner) -> list[Task]:
         stale: list[Task] = await tx.select("tasks", t.status == "running", order_by=[t.id])
         ended: list[Task] = []
         noted: set[str] = set()
+        # Each owner is asked once (PostgreSQL asks the server): a dead hub leaves many tasks.
+        alive: dict[str, bool] = {}
         for task in stale:
             # Channel row before task row: the lock order of every other task write.
-            channel = await tx.get_channel(task.channel_id, for_update=True)
+            channel: Channel | None = await tx.get("channels", task.channel_id, for_update=True)
             row: Task = await tx.get("tasks", task.id, for_update=True)
-            if row.owner is not None and await ctx.store.is_alive(row.owner):
-                continue  # another live hub drives it (PostgreSQL)
+            if row.owner is not None:
+                if row.owner not in alive:
+                    alive[row.owner] = await ctx.store.is_alive(row.owner)
+                if alive[row.owner]:
+                    continue  # another live hub drives it (PostgreSQL)
             status = channel.status if channel is not None else None
             latest = channel.last_trigger_id if channel is not None else None
             end: EndReason = "interrupted"

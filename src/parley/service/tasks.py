@@ -45,7 +45,7 @@ from parley.core.runtime import (
     Turn,
     TurnResult,
 )
-from parley.service import task_recovery
+from parley.service import runners, task_recovery
 from parley.service.channels import Channels, Posted, channel_topic, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -84,20 +84,24 @@ class TaskRunner:
         ctx: ServiceContext,
         identity: Identity,
         channels: Channels,
-        runtime_for: Any,
+        runtime_for: Callable[[Principal], Runtime | None],
         hub_id: str,
     ) -> None:
         self.ctx = ctx
         self.identity = identity
         self.channels = channels
-        self.runtime_for = runtime_for  # (Principal) -> Runtime | None
+        self.runtime_for = runtime_for
         self.hub_id = hub_id
         self.live: dict[str, _Live] = {}
-        self.on_finished: list[Any] = []  # callbacks(task, channel) run after a task ends
+        # Awaited with the finished task once its end has committed.
+        self.on_finished: list[Callable[[Task], Awaitable[None]]] = []
         # (tx, channel, task) -> Awaitable[None], in the transaction that starts the task: a
         # worker becomes running in the same commit as its turn's task.
         self.on_started: list[Callable[[Tx, Channel, Task], Awaitable[None]]] = []
-        self.notify_idle_agent: Any = None  # (tx, agent, message) for agents without a runtime
+        # Told, in the trigger's transaction, of a trigger for an agent without a runtime.
+        self.notify_idle_agent: (
+            Callable[[Tx, Principal, ChannelMessage], Awaitable[None]] | None
+        ) = None
         # (agent, channel_id, session_id) -> ToolBox | None: the hub's tools for a turn (W9).
         self.toolbox_for: Callable[[Principal, str, str], ToolBox | None] = lambda *_: None
         # Test seams for race tests: awaited right before the runtime is called and right
@@ -299,9 +303,10 @@ class TaskRunner:
         if tx is None:
             async with self.ctx.store.read() as rtx:
                 return await self._stop_reason(task, rtx)
-        channel = await tx.get("channels", task.channel_id)
-        latest = await tx.last_trigger_id(task.channel_id) if channel is not None else None
-        return d.stop_reason(channel.status if channel else None, latest, task.trigger_id)
+        channel: Channel | None = await tx.get("channels", task.channel_id)
+        if channel is None:
+            return d.stop_reason(None, None, task.trigger_id)
+        return d.stop_reason(channel.status, channel.last_trigger_id, task.trigger_id)
 
     async def _set_round(self, task: Task, number: int, context: _Context) -> None:
         """Record the round, and bring the transcript up to date: within a round the commits
@@ -396,7 +401,7 @@ class TaskRunner:
             trace.route = scrub(str(failure.details.get("model_route") or ""), secrets)
             trace.facts = _failure_facts(failure)
             if failure.reason == "cancelled":
-                code, end = await self._record_stopped(trace, t2)
+                code, end = await self._record(trace, "rejected", None, None, t2, stopped=True)
                 return TurnOutcome(kind="rejected", reason=code, end=end)
             await self._record(trace, "failed", failure.code, None, t2)
             message = scrub(failure.message, secrets)
@@ -507,32 +512,24 @@ class TaskRunner:
         reason: str | None,
         result: TurnResult | None,
         t2: float,
-    ) -> None:
-        """Record a call that posted nothing (silent, rejected before commit, failed)."""
+        *,
+        stopped: bool = False,
+    ) -> tuple[str | None, EndReason | None]:
+        """Record a call that posted nothing (silent, rejected before commit, failed); return
+        its reason code and, for a call its cancel signal ``stopped``, how the task ends. Why a
+        call was stopped is read in the same transaction: a cancelled tree stops many turns at
+        once, and a read transaction each would queue them behind the store's few readers."""
         task = trace.task
 
-        async def job(tx: Tx) -> None:
-            self._insert_invocation(tx, trace, outcome, reason, result, None, t2)
-            await tx.update("tasks", task.id, calls=task.calls + 1)
-
-        await self.ctx.store.write(job)
-        task.calls += 1
-
-    async def _record_stopped(self, trace: _TraceBase, t2: float) -> tuple[str, EndReason]:
-        """Record a call its cancel signal stopped, with why it was stopped read in the same
-        transaction: a cancelled tree stops many turns at once, and a read transaction each
-        would queue them behind the store's few readers."""
-        task = trace.task
-
-        async def job(tx: Tx) -> tuple[str, EndReason]:
-            code, end = await self._stop_reason(task, tx)
-            self._insert_invocation(tx, trace, "rejected", code, None, None, t2)
+        async def job(tx: Tx) -> tuple[str | None, EndReason | None]:
+            code, end = await self._stop_reason(task, tx) if stopped else (reason, None)
+            self._insert_invocation(tx, trace, outcome, code, result, None, t2)
             await tx.update("tasks", task.id, calls=task.calls + 1)
             return code, end
 
-        stopped = await self.ctx.store.write(job)
+        recorded = await self.ctx.store.write(job)
         task.calls += 1
-        return stopped
+        return recorded
 
     def _insert_invocation(
         self,
@@ -690,22 +687,14 @@ class TaskRunner:
 
     async def wait_idle(self) -> None:
         """Wait until no task of this hub is running (tests, demo, shutdown)."""
-        while self.live:
-            runners = [lv.runner for lv in list(self.live.values()) if lv.runner is not None]
-            await asyncio.gather(*runners, return_exceptions=True)
+        await runners.wait_all(self.live)
 
     async def recover(self) -> list[Task]:
         """On start: end the tasks left running by a hub that is gone (Q4, task_recovery)."""
         return await task_recovery.recover(self)
 
     async def stop(self) -> None:
-        for live in list(self.live.values()):
-            if live.runner is not None:
-                live.runner.cancel()
-        for live in list(self.live.values()):
-            if live.runner is not None:
-                with contextlib.suppress(BaseException):
-                    await live.runner
+        await runners.cancel_all(self.live)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Control of running workers (SPEC W5–W7): takeover, resume, release, heartbeats, the health
-sweep and restart recovery. Functions over the :class:`~parley.service.workers.Workers`
+"""Control of running workers (SPEC W4–W7): cancel, takeover, resume, release, heartbeats, the
+health sweep and restart recovery. Functions over the :class:`~parley.service.workers.Workers`
 service, which exposes them as its methods.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.limits import check_text
 from parley.core.ports import Tx
-from parley.core.workers import Worker
+from parley.core.workers import Worker, WorkerResult
+from parley.service import worker_results
 
 if TYPE_CHECKING:
     from parley.service.workers import Workers
@@ -36,16 +38,6 @@ class TakeoverOutcome:
     waited_ms: float
     task_id: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker.model_dump(mode="json"),
-            "message_id": self.message_id,
-            "interrupted": self.interrupted,
-            "timed_out": self.timed_out,
-            "waited_ms": round(self.waited_ms, 3),
-            "task_id": self.task_id,
-        }
-
 
 async def takeover(
     workers: Workers,
@@ -64,10 +56,11 @@ async def takeover(
     if not instruction.strip():
         raise InvalidRequest("the takeover instruction is empty", code="empty_instruction")
     if len(instruction) > wk.INSTRUCTION_MAX_CHARS:
+        # The code REST and MCP give for it, from the length in their schemas.
         raise InvalidRequest(
             f"the takeover instruction has {len(instruction)} characters; the limit is "
             f"{wk.INSTRUCTION_MAX_CHARS}",
-            code="instruction_too_long",
+            code="validation_error",
         )
     if not 0 <= timeout_s <= MAX_TAKEOVER_TIMEOUT_S:
         raise InvalidRequest(
@@ -127,17 +120,13 @@ async def takeover(
     interrupted = timed_out = False
     live = workers.tasks.live.get(worker.task_id) if worker.task_id else None
     if live is not None and live.runner is not None and not live.runner.done():
-        ended = workers.turn_ended(live.task.id)
         if interrupt_first:
             live.cancel.set()
             interrupted = True
-        try:
-            await asyncio.wait_for(ended.wait(), timeout_s)
-        except TimeoutError:
-            # The envelope goes in anyway: posted as the channel's newest trigger it supersedes
-            # the turn that would not stop, whose reply can then no longer commit (C10).
-            timed_out = True
-    waited_ms = (time.monotonic() - started) * 1000
+        # Timed out or not, the envelope goes in: posted as the channel's newest trigger it
+        # supersedes the turn that would not stop, whose reply can then no longer commit (C10).
+        timed_out = not await wait_turn(workers, live.task.id, timeout_s)
+    waited_ms = round((time.monotonic() - started) * 1000, 3)
 
     async def inject(tx: Tx) -> tuple[Worker, str | None]:
         current = await workers.load(tx, worker.id, for_update=True)
@@ -170,6 +159,17 @@ async def takeover(
         waited_ms=waited_ms,
         task_id=task_id,
     )
+
+
+async def wait_turn(workers: Workers, task_id: str, timeout_s: float | None = None) -> bool:
+    """Wait (at most ``timeout_s``) for a turn this hub has in flight to end; whether it has.
+    Its runner returns only once the turn's end is recorded and its worker moved (the task's
+    end callbacks ran). A turn not in flight here is not waited for."""
+    live = workers.tasks.live.get(task_id)
+    if live is None or live.runner is None:
+        return True
+    done, _ = await asyncio.wait({live.runner}, timeout=timeout_s)
+    return bool(done)
 
 
 async def _last_trigger(tx: Tx, worker: Worker) -> str:
@@ -210,6 +210,100 @@ async def consume_takeover(workers: Workers, tx: Tx, worker: Worker, end: str) -
         parent_span_id=worker.parent_span_id,
     )
     return worker
+
+
+async def cancel(
+    workers: Workers,
+    caller: Principal,
+    worker_id: str,
+    *,
+    reason: str = "cancelled",
+    propagate: bool = True,
+    force: bool = False,
+) -> list[Worker]:
+    """Cancel a worker and, recursively, its children except independent ones (W4); return
+    the workers cancelled. Their turns are really stopped: the cancel signal reaches the
+    runtime (a command agent's process group is killed) and this returns once they ended."""
+    check_text(reason, "reason")
+
+    async def job(tx: Tx) -> list[Worker]:
+        root = await workers.load(tx, worker_id, for_update=True)
+        await workers.check_control(tx, caller, root, "cancel")
+        if root.terminal:
+            raise Conflict(
+                f"worker {root.id!r} already ended ({root.state!r})",
+                code="worker_finished",
+                state=root.state,
+            )
+        w = tx.table("workers").c
+        tree: list[Worker] = await tx.select("workers", w.trace_id == root.trace_id)
+        children_of: dict[str, list[Worker]] = {}
+        for worker in sorted(tree, key=lambda x: x.id):
+            if worker.parent_worker_id is not None:
+                children_of.setdefault(worker.parent_worker_id, []).append(worker)
+        cancelled: list[Worker] = []
+        for worker, source in wk.cancel_plan(root, children_of, propagate=propagate):
+            killed = await workers.move(
+                tx,
+                worker,
+                "killed",
+                actor=caller.id,
+                reason=reason[:200],
+                cancel_propagated_from=source,
+            )
+            if worker.task_id is not None:
+                await tx.update("tasks", worker.task_id, cancel_requested=True)
+            cancelled.append(killed)
+        ids = {x.id for x in cancelled}
+        for killed in cancelled:
+            parent_id = killed.parent_worker_id
+            if parent_id is not None and parent_id not in ids:
+                # The parent lives on: it learns that its child will not report.
+                error = f"cancelled by {caller.id}: {reason}"
+                await worker_results.deliver_result(
+                    workers, tx, killed, WorkerResult(success=False, error=error[:4000])
+                )
+        workers.ctx.events.record(
+            tx,
+            "worker.cancel",
+            actor=caller.id,
+            subject=f"worker:{root.id}",
+            payload={
+                "reason": reason[:200],
+                "force": force,
+                "propagate": propagate,
+                "cancelled": [x.id for x in cancelled],
+            },
+            trace_id=root.trace_id,
+            span_id=root.span_id,
+        )
+        return cancelled
+
+    cancelled = await workers.ctx.store.write(job)
+    task_ids = [w.task_id for w in cancelled if w.task_id]
+    # A turn still live here has yet to end, and its end will find its worker KILLED.
+    workers.killed_turns.update(t for t in task_ids if t in workers.tasks.live)
+    await _stop_turns(workers, task_ids, force=force)
+    return cancelled
+
+
+async def _stop_turns(workers: Workers, task_ids: Sequence[str], *, force: bool) -> None:
+    """Signal the turns to stop and wait until their runtimes let go. ``force`` does not wait
+    for a runtime's own cooperative stop: the task is cancelled outright, and the runtime's
+    cleanup (a process group killed) runs as it unwinds."""
+    runners = []
+    for task_id in task_ids:
+        live = workers.tasks.live.get(task_id)
+        if live is None:
+            continue
+        live.cancel.set()
+        if live.runner is not None:
+            if force:
+                live.runner.cancel()
+            runners.append(live.runner)
+    if runners:
+        # Waiting neither cancels them nor raises what they raise.
+        await asyncio.wait(runners)
 
 
 async def resume(workers: Workers, caller: Principal, worker_id: str, note: str = "") -> Worker:
@@ -286,19 +380,49 @@ async def heartbeat(
                 code="worker_finished",
                 state=worker.state,
             )
-        values: dict[str, Any] = {"last_heartbeat": workers.ctx.clock.now()}
-        if long_running is not None:
-            values["long_running"] = long_running
-        if worker.state == "stale":
-            return await workers.move(
-                tx, worker, "running", actor=caller.id, reason="heartbeat", **values
-            )
-        await tx.update("workers", worker.id, **values)
-        worker = worker.model_copy(update=values)
-        workers.publish(tx, worker)
-        return worker
+        return await _beat(workers, tx, caller, worker, long_running)
 
     return await workers.ctx.store.write(job)
+
+
+async def heartbeat_all(
+    workers: Workers, caller: Principal, *, long_running: bool | None = None
+) -> list[Worker]:
+    """A heartbeat for every unfinished worker of the caller's agent (newest first), in one
+    commit."""
+
+    async def job(tx: Tx) -> list[Worker]:
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select(
+            "workers",
+            w.agent_id == caller.id,
+            w.state.not_in(list(wk.TERMINAL)),
+            order_by=[w.id.desc()],
+        )
+        beaten = []
+        for row in rows:
+            worker = await workers.load(tx, row.id, for_update=True)
+            if not worker.terminal:
+                beaten.append(await _beat(workers, tx, caller, worker, long_running))
+        return beaten
+
+    return await workers.ctx.store.write(job)
+
+
+async def _beat(
+    workers: Workers, tx: Tx, caller: Principal, worker: Worker, long_running: bool | None
+) -> Worker:
+    values: dict[str, Any] = {"last_heartbeat": workers.ctx.clock.now()}
+    if long_running is not None:
+        values["long_running"] = long_running
+    if worker.state == "stale":
+        return await workers.move(
+            tx, worker, "running", actor=caller.id, reason="heartbeat", **values
+        )
+    await tx.update("workers", worker.id, **values)
+    worker = worker.model_copy(update=values)
+    workers.publish(tx, worker)
+    return worker
 
 
 async def sweep_stale(workers: Workers) -> list[Worker]:

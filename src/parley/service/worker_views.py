@@ -20,6 +20,8 @@ from parley.core.workers import Artifact, Worker
 if TYPE_CHECKING:
     from parley.service.workers import Workers
 
+LIST_MAX = 1000
+
 
 async def get(workers: Workers, caller: Principal, worker_id: str) -> Worker:
     async with workers.ctx.store.read() as tx:
@@ -29,23 +31,34 @@ async def get(workers: Workers, caller: Principal, worker_id: str) -> Worker:
 async def listing(
     workers: Workers, caller: Principal, *, state: Sequence[str] = (), limit: int = 200
 ) -> list[Worker]:
-    """Workers the caller may see, newest first."""
+    """Workers the caller may see, newest first, at most ``limit`` (1 to 1000)."""
     for s in state:
         if s not in wk.WORKER_STATES:
+            # The code REST and MCP give for it, from the states in their schemas.
             raise InvalidRequest(
                 f"worker state {s!r} is unknown; use one of {', '.join(wk.WORKER_STATES)}",
-                code="unknown_state",
+                code="validation_error",
             )
+    limit = max(1, min(limit, LIST_MAX))
     async with workers.ctx.store.read() as tx:
-        w = tx.table("workers").c
-        where = [w.state.in_(list(state))] if state else []
+        t = tx.table("workers")
+        w = t.c
         if caller.is_operator:
-            return await tx.select(
-                "workers", *where, order_by=[w.id.desc()], limit=max(1, min(limit, 1000))
-            )
-        rows: list[Worker] = await tx.select("workers", *where, order_by=[w.id.desc()], limit=5000)
-        seen = [r for r in rows if await workers.may_see(tx, caller, r)]
-    return seen[: max(1, min(limit, 1000))]
+            where = [w.state.in_(list(state))] if state else []
+            return await tx.select("workers", *where, order_by=[w.id.desc()], limit=limit)
+        # Whatever else a caller sees lies in a trace where it runs, started or spawned a worker
+        # (a worker's ancestors share its trace): those traces, in one query, and the rule on
+        # each of their workers with its parent chain among them.
+        mine = t.select().with_only_columns(w.trace_id)
+        mine = mine.where((w.agent_id == caller.id) | (w.created_by == caller.id))
+        rows: list[Worker] = await tx.select("workers", w.trace_id.in_(mine))
+    by_id = {r.id: r for r in rows}
+    seen = [
+        r
+        for r in rows
+        if (not state or r.state in state) and wk.may_see(caller, r, wk.ancestors(r, by_id))
+    ]
+    return sorted(seen, key=lambda r: r.id, reverse=True)[:limit]
 
 
 async def tree(workers: Workers, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
@@ -67,15 +80,18 @@ async def topology(workers: Workers, caller: Principal, session_id: str) -> dict
             raise NotFound(f"no session {session_id!r}", code="session_not_found")
         w = tx.table("workers").c
         own: list[Worker] = await tx.select("workers", w.session_id == session_id, order_by=[w.id])
-        allowed = caller.is_operator or caller.id == session.agent_id
-        for worker in own:
-            allowed = allowed or await workers.may_see(tx, caller, worker)
-        if not allowed:
-            raise NotFound(f"no session {session_id!r}", code="session_not_found")
         traces = {x.trace_id for x in own}
         tree: list[Worker] = (
             await tx.select("workers", w.trace_id.in_(list(traces))) if traces else []
         )
+        by_id = {x.id: x for x in tree}
+        allowed = (
+            caller.is_operator
+            or caller.id == session.agent_id
+            or any(wk.may_see(caller, x, wk.ancestors(x, by_id)) for x in own)
+        )
+        if not allowed:
+            raise NotFound(f"no session {session_id!r}", code="session_not_found")
         sessions = await _child_sessions(tx, session_id)
         m = tx.table("messages").c
         mail: list[Message] = await tx.select(
@@ -86,10 +102,10 @@ async def topology(workers: Workers, caller: Principal, session_id: str) -> dict
             limit=500,
         )
     return {
-        "session": session.model_dump(mode="json"),
+        "session": _session_view(caller, session),
         "workers": [x.model_dump(mode="json") for x in own],
         "tree": wk.topology(tree),
-        "child_sessions": [s.model_dump(mode="json") for s in sessions],
+        "child_sessions": [_session_view(caller, s) for s in sessions],
         "messages": [
             {
                 "id": x.id,
@@ -103,6 +119,14 @@ async def topology(workers: Workers, caller: Principal, session_id: str) -> dict
             for x in mail
         ],
     }
+
+
+def _session_view(caller: Principal, session: LogicalSession) -> dict[str, Any]:
+    data = session.model_dump(mode="json")
+    if not (caller.is_operator or caller.id == session.agent_id):
+        # A runtime's session state is the agent's business (and may name its files).
+        data["runtime_state"] = None
+    return data
 
 
 async def _child_sessions(tx: Tx, session_id: str) -> list[LogicalSession]:
@@ -125,15 +149,8 @@ async def artifact(workers: Workers, caller: Principal, artifact_id: str) -> Art
         if art is None:
             raise NotFound(f"no artifact {artifact_id!r}", code="artifact_not_found")
         worker: Worker | None = await tx.get("workers", art.worker_id)
-        parent = (
-            await tx.get("workers", worker.parent_worker_id)
-            if worker and worker.parent_worker_id
-            else None
-        )
-        ok = worker is not None and (
-            await workers.may_see(tx, caller, worker)
-            or (parent is not None and caller.id == parent.agent_id)
-        )
+        # Whoever may see the worker, which includes the agent of its parent (an ancestor).
+        ok = worker is not None and await workers.may_see(tx, caller, worker)
     if not ok:
         raise NotFound(f"no artifact {artifact_id!r}", code="artifact_not_found")
     return art

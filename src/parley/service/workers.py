@@ -4,16 +4,16 @@ A worker is one execution instance of an agent in a logical session. Its turns a
 runner's wake tasks in the channel its session is bound to, so a worker's turn is superseded,
 cancelled, traced and recovered exactly like any other turn: the worker service only decides
 what to post as the trigger (a task-dispatch, a takeover envelope, a resume) and moves the
-worker through its state machine (``core/workers.py``) as the tasks start and end. Takeover,
-heartbeats, the health sweep and restart recovery are in :mod:`parley.service.worker_control`.
+worker through its state machine (``core/workers.py``) as the tasks start and end. Cancel,
+takeover, heartbeats, the health sweep and restart recovery are in
+:mod:`parley.service.worker_control`, results in :mod:`parley.service.worker_results` and the
+views in :mod:`parley.service.worker_views`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -37,7 +37,6 @@ from parley.service.tasks import TaskRunner
 log = logging.getLogger(__name__)
 
 WORKERS_TOPIC = "workers"
-MAX_DEPTH = 32
 INHERITED_MESSAGES = 20
 
 
@@ -82,6 +81,10 @@ class ResultSpec(BaseModel):
     error: StorableText | None = Field(default=None, max_length=4000)
 
 
+# A permission rule of ``core/workers.py``: (caller, worker, its ancestors) -> allowed.
+Rule = Callable[[Principal, Worker, Sequence[Worker]], bool]
+
+
 def worker_not_found(worker_id: str) -> NotFound:
     return NotFound(f"no worker {worker_id!r}", code="worker_not_found")
 
@@ -106,11 +109,9 @@ class Workers:
         self.hub_id = hub_id
         tasks.on_started.append(self.on_task_started)
         tasks.on_finished.append(self.on_task_finished)
-        # Set when a worker's turn ends, for a takeover waiting for it to go idle.
-        self._turn_ended: dict[str, asyncio.Event] = {}
         # Turns whose worker a cancel already ended (KILLED is final): when they stop there is
         # nothing left to move, so their end skips a write; a tree of 100 stops 100 at once.
-        self._killed_turns: set[str] = set()
+        self.killed_turns: set[str] = set()
 
     # -- records and permissions ------------------------------------------------------------------
     async def load(self, tx: Tx, worker_id: str, *, for_update: bool = False) -> Worker:
@@ -124,7 +125,7 @@ class Workers:
         """The worker's parent, its parent's parent, ... (nearest first)."""
         chain: list[Worker] = []
         parent_id = worker.parent_worker_id
-        while parent_id is not None and len(chain) < MAX_DEPTH:
+        while parent_id is not None and len(chain) < wk.MAX_DEPTH:
             parent: Worker | None = await tx.get("workers", parent_id)
             if parent is None:
                 break
@@ -132,18 +133,16 @@ class Workers:
             parent_id = parent.parent_worker_id
         return chain
 
+    async def allows(self, tx: Tx, rule: Rule, caller: Principal, worker: Worker) -> bool:
+        """``rule`` (:func:`~parley.core.workers.may_control` or ``may_see``) for the caller
+        on the worker; its parent chain is read only when the worker alone does not decide."""
+        return rule(caller, worker, ()) or rule(caller, worker, await self.ancestors(tx, worker))
+
     async def may_control(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
-        """Operators and the parent may cancel or take over a worker; nobody else. "The parent"
-        is whoever is above it: the agent of an ancestor worker, or whoever started or spawned
-        it or one of its ancestors."""
-        if caller.is_operator or caller.id == worker.created_by:
-            return True
-        return any(
-            caller.id in (a.agent_id, a.created_by) for a in await self.ancestors(tx, worker)
-        )
+        return await self.allows(tx, wk.may_control, caller, worker)
 
     async def may_see(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
-        return caller.id == worker.agent_id or await self.may_control(tx, caller, worker)
+        return await self.allows(tx, wk.may_see, caller, worker)
 
     async def check_control(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
         if not await self.may_control(tx, caller, worker):
@@ -303,20 +302,18 @@ class Workers:
 
     async def on_task_finished(self, task: Task) -> None:
         """A turn ended: a child reports its result, a root worker waits for more work, and a
-        takeover's turn marks the takeover consumed."""
-        try:
-            if task.id in self._killed_turns:
-                self._killed_turns.discard(task.id)
-            else:
-                await self.ctx.store.write(lambda tx: self._turn_finished(tx, task))
-        finally:
-            ended = self._turn_ended.pop(task.id, None)
-            if ended is not None:
-                ended.set()
+        takeover's turn marks the takeover consumed. Only a work channel's turn (``wake``) can
+        be a worker's: no other takes a transaction here."""
+        if task.id in self.killed_turns:
+            self.killed_turns.discard(task.id)
+        elif task.mode == "wake":
+            await self.ctx.store.write(lambda tx: self._turn_finished(tx, task))
 
     async def _turn_finished(self, tx: Tx, task: Task) -> None:
         w = tx.table("workers").c
-        rows: list[Worker] = await tx.select("workers", w.task_id == task.id, limit=1)
+        rows: list[Worker] = await tx.select(
+            "workers", w.channel_id == task.channel_id, w.task_id == task.id, limit=1
+        )
         if not rows or rows[0].terminal:
             return
         worker = await self.load(tx, rows[0].id, for_update=True)
@@ -335,7 +332,7 @@ class Workers:
             reply = await self._reply_of(tx, task)
             if worker.parent_worker_id is not None:
                 result = WorkerResult(summary=reply.content if reply else "", success=True)
-                await self.finish_child(tx, worker, result, actor=worker.agent_id)
+                await worker_results.finish_child(self, tx, worker, result, actor=worker.agent_id)
             else:
                 await self.move(
                     tx, worker, "idle", actor="system", reason="turn ended", last_heartbeat=now
@@ -344,7 +341,7 @@ class Workers:
             error = task.error or "the turn failed"
             if worker.parent_worker_id is not None:
                 result = WorkerResult(success=False, error=error)
-                await self.finish_child(tx, worker, result, actor="system")
+                await worker_results.finish_child(self, tx, worker, result, actor="system")
             else:
                 # One failed turn does not end a root worker: it waits for more work, and the
                 # failure is on record in the task and this event.
@@ -501,6 +498,10 @@ class Workers:
                 code="worker_required",
             )
         channel_id = caller.work_channel_id
+        async with self.ctx.store.read() as tx:
+            found = await self.of_channel(tx, channel_id)
+        if found is not None:
+            return found
 
         async def job(tx: Tx) -> Worker:
             await tx.get_channel(channel_id, for_update=True)  # one maker at a time
@@ -533,7 +534,7 @@ class Workers:
 
         async def job(tx: Tx) -> Worker:
             parent = await self.load(tx, parent_id, for_update=True)
-            if not (caller.id == parent.agent_id or await self.may_control(tx, caller, parent)):
+            if not await self.may_see(tx, caller, parent):
                 raise PermissionDenied(
                     f"{caller.id!r} may not spawn children of worker {parent.id!r}: only its "
                     "agent, its parent and the operator may",
@@ -645,111 +646,10 @@ class Workers:
         return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
     # -- results (service/worker_results.py) -------------------------------------------------------
-    async def finish_child(
-        self, tx: Tx, worker: Worker, result: WorkerResult, *, actor: str
-    ) -> Worker:
-        return await worker_results.finish_child(self, tx, worker, result, actor=actor)
-
-    async def deliver_result(self, tx: Tx, child: Worker, result: WorkerResult) -> None:
-        await worker_results.deliver_result(self, tx, child, result)
-
     async def report_result(
         self, caller: Principal, worker_id: str | None, spec: ResultSpec
     ) -> Worker:
         return await worker_results.report_result(self, caller, worker_id, spec)
-
-    # -- cancel -----------------------------------------------------------------------------------
-    async def cancel(
-        self,
-        caller: Principal,
-        worker_id: str,
-        *,
-        reason: str = "cancelled",
-        propagate: bool = True,
-        force: bool = False,
-    ) -> list[Worker]:
-        """Cancel a worker and, recursively, its children except independent ones (W4); return
-        the workers cancelled. Their turns are really stopped: the cancel signal reaches the
-        runtime (a command agent's process group is killed) and this returns once they ended."""
-        check_text(reason, "reason")
-
-        async def job(tx: Tx) -> list[Worker]:
-            root = await self.load(tx, worker_id, for_update=True)
-            await self.check_control(tx, caller, root, "cancel")
-            if root.terminal:
-                raise Conflict(
-                    f"worker {root.id!r} already ended ({root.state!r})",
-                    code="worker_finished",
-                    state=root.state,
-                )
-            w = tx.table("workers").c
-            tree: list[Worker] = await tx.select("workers", w.trace_id == root.trace_id)
-            children_of: dict[str, list[Worker]] = {}
-            for worker in sorted(tree, key=lambda x: x.id):
-                if worker.parent_worker_id is not None:
-                    children_of.setdefault(worker.parent_worker_id, []).append(worker)
-            cancelled: list[Worker] = []
-            for worker, source in wk.cancel_plan(root, children_of, propagate=propagate):
-                killed = await self.move(
-                    tx,
-                    worker,
-                    "killed",
-                    actor=caller.id,
-                    reason=reason[:200],
-                    cancel_propagated_from=source,
-                )
-                if worker.task_id is not None:
-                    await tx.update("tasks", worker.task_id, cancel_requested=True)
-                cancelled.append(killed)
-            ids = {x.id for x in cancelled}
-            for killed in cancelled:
-                parent_id = killed.parent_worker_id
-                if parent_id is not None and parent_id not in ids:
-                    # The parent lives on: it learns that its child will not report.
-                    error = f"cancelled by {caller.id}: {reason}"
-                    await self.deliver_result(
-                        tx, killed, WorkerResult(success=False, error=error[:4000])
-                    )
-            self.ctx.events.record(
-                tx,
-                "worker.cancel",
-                actor=caller.id,
-                subject=f"worker:{root.id}",
-                payload={
-                    "reason": reason[:200],
-                    "force": force,
-                    "propagate": propagate,
-                    "cancelled": [x.id for x in cancelled],
-                },
-                trace_id=root.trace_id,
-                span_id=root.span_id,
-            )
-            return cancelled
-
-        cancelled = await self.ctx.store.write(job)
-        task_ids = [w.task_id for w in cancelled if w.task_id]
-        # A turn still live here has yet to end, and its end will find its worker KILLED.
-        self._killed_turns.update(t for t in task_ids if t in self.tasks.live)
-        await self.stop_turns(task_ids, force=force)
-        return cancelled
-
-    async def stop_turns(self, task_ids: Sequence[str], *, force: bool) -> None:
-        """Signal the turns to stop and wait until their runtimes let go. ``force`` does not
-        wait for a runtime's own cooperative stop: the task is cancelled outright, and the
-        runtime's cleanup (a process group killed) runs as it unwinds."""
-        runners = []
-        for task_id in task_ids:
-            live = self.tasks.live.get(task_id)
-            if live is None:
-                continue
-            live.cancel.set()
-            if live.runner is not None:
-                if force:
-                    live.runner.cancel()
-                runners.append(live.runner)
-        for runner in runners:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(runner)
 
     # -- views (service/worker_views.py) ---------------------------------------------------------
     async def get(self, caller: Principal, worker_id: str) -> Worker:
@@ -771,6 +671,19 @@ class Workers:
         return await worker_views.artifact(self, caller, artifact_id)
 
     # -- control (service/worker_control.py) ------------------------------------------------------
+    async def cancel(
+        self,
+        caller: Principal,
+        worker_id: str,
+        *,
+        reason: str = "cancelled",
+        propagate: bool = True,
+        force: bool = False,
+    ) -> list[Worker]:
+        return await worker_control.cancel(
+            self, caller, worker_id, reason=reason, propagate=propagate, force=force
+        )
+
     async def takeover(
         self,
         caller: Principal,
@@ -800,12 +713,13 @@ class Workers:
     ) -> Worker:
         return await worker_control.heartbeat(self, caller, worker_id, long_running=long_running)
 
+    async def heartbeat_all(
+        self, caller: Principal, *, long_running: bool | None = None
+    ) -> list[Worker]:
+        return await worker_control.heartbeat_all(self, caller, long_running=long_running)
+
     async def sweep_stale(self) -> list[Worker]:
         return await worker_control.sweep_stale(self)
 
     async def recover(self) -> list[Worker]:
         return await worker_control.recover(self)
-
-    def turn_ended(self, task_id: str) -> asyncio.Event:
-        """An event set when the turn ``task_id`` has ended and its worker moved."""
-        return self._turn_ended.setdefault(task_id, asyncio.Event())

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import logging
 import os
 import signal
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from parley.adapters.runtimes.race import ProviderReply
 from parley.core.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
 
 TAIL_CHARS = 2000
 """How much of a child's stderr a failure carries."""
@@ -56,12 +61,28 @@ def exit_note(code: int | None, stderr_tail: str) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+async def start_afresh(
+    route: str, stale: str, run: Callable[[], Awaitable[ProviderReply]]
+) -> ProviderReply:
+    """Run a turn again without the session or thread id ``stale``, which the CLI no longer
+    has, so that later turns do not all fail on it: the reply's timings, or the failure's
+    details, say that the turn started afresh."""
+    log.warning("%s has no session %r; starting a fresh one", route, stale)
+    try:
+        reply = await run()
+    except RuntimeFailure as exc:
+        exc.details.update(resumed_fresh=True, stale_session_id=stale)
+        raise
+    return dataclasses.replace(reply, timings={**reply.timings, "resumed_fresh": 1.0})
+
+
 class ChildProcess:
     """One running child, its process group, and what it wrote.
 
-    With ``on_line`` every complete stdout line is handed to it as it arrives; with
-    ``keep_stdout`` the whole stdout is also kept for :meth:`stdout_text` (a one-shot turn). A
-    long-lived child gives ``keep_stdout=False`` so its memory stays bounded.
+    With ``on_line`` every stdout line (the last one even without a line break) is handed to
+    it as it arrives; with ``keep_stdout`` the whole stdout is also kept for
+    :meth:`stdout_text` (the text protocol, a login check). A JSON stream is only read line by
+    line (``keep_stdout=False``): the raw output is not kept twice.
     """
 
     def __init__(
@@ -156,6 +177,17 @@ class ChildProcess:
         """The exit status (None while it runs) and stderr tail, for a failure's details."""
         return {"exit_code": self.returncode, "stderr_tail": self.stderr_tail()}
 
+    def explain(self, failure: RuntimeFailure) -> RuntimeFailure:
+        """``failure`` with the exit status and stderr tail in its details and at the end of
+        its message (see :func:`exit_note`)."""
+        details = self.failure_details()
+        failure.details.update(details)
+        note = exit_note(details["exit_code"], details["stderr_tail"])
+        if note:
+            failure.message += note
+            failure.args = (failure.message,)
+        return failure
+
     async def stop(self) -> None:
         """Stop the whole process group and reap it; safe to call many times, from anywhere."""
         if self._stopping is None:
@@ -201,6 +233,10 @@ class ChildProcess:
                 self._stdout.extend(chunk)
             if self._on_line is not None:
                 self._split_lines(chunk)
+        if self._on_line is not None and self._partial:
+            # The last line, when the output does not end with a line break.
+            self._on_line(bytes(self._partial))
+            self._partial.clear()
 
     def _split_lines(self, chunk: bytes) -> None:
         assert self._on_line is not None

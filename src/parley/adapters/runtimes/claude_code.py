@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from parley.adapters.runtimes.child import ChildProcess, exit_note, json_event, json_events
+from parley.adapters.runtimes.child import ChildProcess, json_event, json_events
 from parley.adapters.runtimes.race import ProviderReply
 from parley.core.errors import RuntimeFailure
 from parley.core.runtime import CancelSignal, Usage
@@ -163,8 +163,7 @@ class LiveClaude:
     stdin per turn, NDJSON events out until the turn's ``result``, and an interrupt that ends
     the running turn while the process and its session go on."""
 
-    def __init__(self, *, kill_grace_s: float, resumed_from: str | None) -> None:
-        self.kill_grace_s = kill_grace_s
+    def __init__(self, *, resumed_from: str | None) -> None:
         self.resumed_from = resumed_from
         """The session id given with ``--resume`` when the process started, if any."""
         self.session_id: str | None = resumed_from
@@ -179,22 +178,13 @@ class LiveClaude:
 
     @classmethod
     async def start(
-        cls,
-        argv: Sequence[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        kill_grace_s: float,
-        resumed_from: str | None,
+        cls, argv: Sequence[str], *, resumed_from: str | None, **child: Any
     ) -> LiveClaude:
-        live = cls(kill_grace_s=kill_grace_s, resumed_from=resumed_from)
+        """Start Claude Code; ``child`` are the ``cwd``, ``env`` and ``kill_grace_s`` of
+        :meth:`ChildProcess.start`."""
+        live = cls(resumed_from=resumed_from)
         live._child = await ChildProcess.start(
-            argv,
-            cwd=cwd,
-            env=env,
-            kill_grace_s=kill_grace_s,
-            on_line=live._on_line,
-            keep_stdout=False,
+            argv, on_line=live._on_line, keep_stdout=False, **child
         )
         return live
 
@@ -238,28 +228,28 @@ class LiveClaude:
         if result.done():
             return self._judge()
         if self.child.exited.done():
-            details = self.child.failure_details()
             self._in_turn = False
-            raise RuntimeFailure(
-                "Claude Code exited before the turn's result"
-                + exit_note(details["exit_code"], details["stderr_tail"]),
-                reason="error",
-                session_id=self.session_id,
-                **details,
+            raise self.child.explain(
+                RuntimeFailure(
+                    "Claude Code exited before the turn's result",
+                    reason="error",
+                    session_id=self.session_id,
+                )
             )
         return await self._interrupt(result, request_id)
 
     async def _interrupt(self, result: asyncio.Future[None], request_id: str) -> ProviderReply:
         sent = time.perf_counter()
         await self.child.send(claude_interrupt_frame(request_id))
+        grace_s = self.child.kill_grace_s
         answered: set[asyncio.Future[Any]] = {result, self.child.exited}
-        await asyncio.wait(answered, timeout=self.kill_grace_s, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(answered, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
         if not result.done():
             # Still mid-turn: the caller stops the process (not reusable) and the session is
             # resumed by id on the next turn.
             raise RuntimeFailure(
                 f"the turn was cancelled and Claude Code did not answer the interrupt within "
-                f"{self.kill_grace_s:g} s; its process is stopped",
+                f"{grace_s:g} s; its process is stopped",
                 reason="cancelled",
                 interrupt_answered=False,
                 session_id=self.session_id,
@@ -280,13 +270,7 @@ class LiveClaude:
         try:
             return claude_reply(events)
         except RuntimeFailure as exc:
-            tail = self.child.stderr_tail()
-            code = self.child.returncode
-            exc.details.update(exit_code=code, stderr_tail=tail)
-            note = exit_note(code, tail)
-            if note:
-                exc.message += note
-                exc.args = (exc.message,)
+            self.child.explain(exc)
             raise
 
     def _take_events(self) -> list[dict[str, Any]]:

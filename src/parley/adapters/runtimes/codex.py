@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from parley.adapters.runtimes.child import ChildProcess, exit_note, json_event, json_events
+from parley.adapters.runtimes.child import ChildProcess, exit_note, json_events
 from parley.adapters.runtimes.race import ProviderReply
 from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Usage
@@ -56,8 +56,12 @@ def codex_argv(
 
 
 def parse_codex_stream(lines: Iterable[str | bytes]) -> ProviderReply:
-    """The reply in ``codex exec --json`` output: the last ``agent_message`` item, the
-    ``turn.completed`` usage and the thread id.
+    """The reply in ``codex exec --json`` output (see :func:`codex_reply`)."""
+    return codex_reply(json_events(lines))
+
+
+def codex_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
+    """The last ``agent_message`` item, the ``turn.completed`` usage and the thread id.
 
     ``error`` events are retries Codex reports on its way (counted as ``reconnects``); the turn
     fails only on ``turn.failed``, or when the output ends without ``turn.completed``.
@@ -67,7 +71,7 @@ def parse_codex_stream(lines: Iterable[str | bytes]) -> ProviderReply:
     usage: dict[str, Any] | None = None
     failed: list[str] = []
     errors: list[str] = []
-    for event in json_events(lines):
+    for event in events:
         kind = event.get("type")
         if kind in ("thread.started", "thread.resumed"):
             thread_id = event.get("thread_id") or thread_id
@@ -119,9 +123,8 @@ class NetworkWatch:
         self.last = ""
         self.gave_up = asyncio.Event()
 
-    def on_line(self, line: bytes) -> None:
-        event = json_event(line)
-        if event is None or event.get("type") != "error" or self.gave_up.is_set():
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") != "error" or self.gave_up.is_set():
             return
         message = str(event.get("message", ""))
         if message.startswith(NETWORK_WAIT_MARK):

@@ -19,8 +19,6 @@ whole when its turn (or, kept alive, its session) ends, however it ends.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -29,37 +27,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parley.adapters.runtimes import codex, guard
-from parley.adapters.runtimes.child import TAIL_CHARS, ChildProcess, exit_note, json_event
+from parley.adapters.runtimes.child import ChildProcess, json_event, start_afresh
 from parley.adapters.runtimes.claude_code import (
     CLAUDE_SESSION_KEY,
     claude_code_argv,
     claude_interrupt_frame,
+    claude_reply,
     claude_user_frame,
     is_stale_session,
-    parse_claude_stream,
 )
-from parley.adapters.runtimes.codex import CODEX_THREAD_KEY, codex_argv, parse_codex_stream
+from parley.adapters.runtimes.codex import CODEX_THREAD_KEY, codex_argv, codex_reply
 from parley.adapters.runtimes.endpoint import parse_config
 from parley.adapters.runtimes.live_sessions import ClaudeSessions
 from parley.adapters.runtimes.race import ProviderReply, race_turn
 from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Turn, TurnResult
-
-__all__ = [
-    "CLAUDE_SESSION_KEY",
-    "CODEX_THREAD_KEY",
-    "TAIL_CHARS",
-    "CommandConfig",
-    "CommandRuntime",
-    "claude_code_argv",
-    "claude_interrupt_frame",
-    "claude_user_frame",
-    "codex_argv",
-    "parse_claude_stream",
-    "parse_codex_stream",
-]
-
-log = logging.getLogger(__name__)
 
 CommandProtocol = Literal["text", "claude-stream-json", "codex-json"]
 CommandPreset = Literal["claude-code", "codex"]
@@ -151,7 +133,7 @@ class CommandRuntime:
                 cwd=config.cwd,
                 kill_grace_s=config.kill_grace_s,
                 idle_s=config.idle_s,
-                resume=config.resume,
+                resume_id=self._resume_id,
                 route=self.model_route,
                 timeout_s=config.timeout_s,
                 clock=clock,
@@ -224,19 +206,15 @@ class CommandRuntime:
         except RuntimeFailure as exc:
             if resume is None or not exc.details.get("stale_session"):
                 raise
-        # The CLI no longer has the session or thread: drop the id and start over once, so
-        # that later turns do not all fail on it.
-        log.warning("%s has no session %r; starting a fresh one", self.model_route, resume)
-        try:
-            reply = await self._run_once(turn, children, None)
-        except RuntimeFailure as exc:
-            exc.details.update(resumed_fresh=True, stale_session_id=resume)
-            raise
-        return dataclasses.replace(reply, timings={**reply.timings, "resumed_fresh": 1.0})
+        return await start_afresh(
+            self.model_route, resume, lambda: self._run_once(turn, children, None)
+        )
 
     async def _check_codex_login(self, turn: Turn) -> None:
+        if self._codex_logged_in:
+            return
         env = self._child_env()
-        if self._codex_logged_in or not codex.needs_login_check(env, self.config.extra_args):
+        if not codex.needs_login_check(env, self.config.extra_args):
             return
         await codex.check_login(
             self._argv(None)[0],
@@ -249,24 +227,32 @@ class CommandRuntime:
     async def _run_once(
         self, turn: Turn, children: list[ChildProcess], resume: str | None
     ) -> ProviderReply:
+        text = self.protocol == "text"
         claude = self.protocol == "claude-stream-json"
         watch = codex.NetworkWatch(self.config.max_network_waits)
         result_seen = asyncio.Event()
+        # The JSON protocols' events, each line read once as it arrives (the text protocol
+        # keeps the whole stdout instead).
+        events: list[dict[str, Any]] = []
 
         def on_line(line: bytes) -> None:
+            event = json_event(line)
+            if event is None:
+                return
+            events.append(event)
             if claude:
-                event = json_event(line)
-                if event is not None and event.get("type") == "result":
+                if event.get("type") == "result":
                     result_seen.set()
             else:
-                watch.on_line(line)
+                watch.on_event(event)
 
         child = await ChildProcess.start(
             self._argv(resume),
             cwd=self.config.cwd or turn.agent.workspace,
             env=self._child_env(),
             kill_grace_s=self.config.kill_grace_s,
-            on_line=None if self.protocol == "text" else on_line,
+            on_line=None if text else on_line,
+            keep_stdout=text,
         )
         children.append(child)
         if claude:
@@ -281,29 +267,27 @@ class CommandRuntime:
         if self.protocol == "codex-json" and await _first(child, watch.gave_up):
             await child.stop()
             raise watch.failure()
-        code = await child.wait()
+        await child.wait()
         await child.stop()  # stragglers in the group die, and the pipes drain to the end
-        return self._reply(child, code, stale_possible=resume is not None)
+        return self._reply(child, events, stale_possible=resume is not None)
 
-    def _reply(self, child: ChildProcess, code: int, *, stale_possible: bool) -> ProviderReply:
-        stderr_tail = child.stderr_tail()
-        details: dict[str, Any] = {"exit_code": code, "stderr_tail": stderr_tail}
-        note = exit_note(code, stderr_tail)
+    def _reply(
+        self, child: ChildProcess, events: list[dict[str, Any]], *, stale_possible: bool
+    ) -> ProviderReply:
+        failed = child.returncode != 0
         if self.protocol == "text":
-            if code != 0:
-                raise RuntimeFailure(f"{self.model_route} failed{note}", reason="error", **details)
+            if failed:
+                raise child.explain(RuntimeFailure(f"{self.model_route} failed", reason="error"))
             return ProviderReply(text=child.stdout_text().strip())
         try:
             if self.protocol == "claude-stream-json":
-                reply = parse_claude_stream(child.stdout_text().splitlines())
+                reply = claude_reply(events)
             else:
-                reply = parse_codex_stream(child.stdout_text().splitlines())
-            if code != 0:
+                reply = codex_reply(events)
+            if failed:
                 raise RuntimeFailure(f"{self.model_route} failed", reason="error")
         except RuntimeFailure as exc:
-            exc.details.update(details)
-            exc.message += note
-            exc.args = (exc.message,)
+            child.explain(exc)
             if stale_possible and self._names_stale_id(exc):
                 exc.details["stale_session"] = True
             raise

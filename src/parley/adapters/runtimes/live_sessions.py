@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import Callable
 from typing import Literal
 
-from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY, LiveClaude, is_stale_session
+from parley.adapters.runtimes.child import start_afresh
+from parley.adapters.runtimes.claude_code import LiveClaude, is_stale_session
 from parley.adapters.runtimes.race import ProviderReply, race_turn
 from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Turn, TurnResult
-
-log = logging.getLogger(__name__)
 
 
 class _NeverCancelled:
@@ -48,7 +46,7 @@ class ClaudeSessions:
         cwd: str | None,
         kill_grace_s: float,
         idle_s: float,
-        resume: bool,
+        resume_id: Callable[[Turn], str | None],
         route: str,
         timeout_s: float | None,
         clock: Callable[[], float],
@@ -58,7 +56,7 @@ class ClaudeSessions:
         self._cwd = cwd
         self._kill_grace_s = kill_grace_s
         self._idle_s = idle_s
-        self._resume = resume
+        self._resume_id = resume_id
         self._route = route
         self._timeout_s = timeout_s
         self._clock = clock
@@ -110,9 +108,8 @@ class ClaudeSessions:
                 if not live.reusable:
                     doomed.append(live)
                     live = None
-            stored = turn.runtime_state.get(CLAUDE_SESSION_KEY) if self._resume else None
             if live is None:
-                live = await self._start(turn, str(stored) if stored else None)
+                live = await self._start(turn, self._resume_id(turn))
             try:
                 return await self._turn(turn, live, doomed)
             finally:
@@ -130,29 +127,25 @@ class ClaudeSessions:
             if live.resumed_from is None or not is_stale_session(exc):
                 raise
             stale = live.resumed_from
+
         # Claude Code no longer has the session (its files were removed, another machine):
         # drop the id and start over once within this turn, so later turns do not fail too.
-        log.warning(
-            "Claude Code has no session %r for %r; starting a fresh one", stale, turn.session_id
-        )
-        self._live.pop(turn.session_id, None)
-        doomed.append(live)
-        fresh = await self._start(turn, None)
-        self._live[turn.session_id] = fresh
-        try:
-            reply = await fresh.turn(text, turn.cancel, request_id)
-        except RuntimeFailure as exc:
-            exc.details.update(resumed_fresh=True, stale_session_id=stale)
-            raise
-        return dataclasses.replace(reply, timings={**reply.timings, "resumed_fresh": 1.0})
+        async def afresh() -> ProviderReply:
+            self._live.pop(turn.session_id, None)
+            doomed.append(live)
+            fresh = await self._start(turn, None)
+            self._live[turn.session_id] = fresh
+            return await fresh.turn(text, turn.cancel, request_id)
+
+        return await start_afresh(self._route, stale, afresh)
 
     async def _start(self, turn: Turn, resume: str | None) -> LiveClaude:
         return await LiveClaude.start(
             self._argv_for(resume),
+            resumed_from=resume,
             cwd=self._cwd or turn.agent.workspace,
             env=self._env(),
             kill_grace_s=self._kill_grace_s,
-            resumed_from=resume,
         )
 
     def _keep_or_drop(self, sid: str, doomed: list[LiveClaude]) -> None:

@@ -54,7 +54,8 @@ CHANNEL_ROWS = {
 
 def _speaker_sources_stmt() -> Any:
     """One statement for three reads: (part, position, a, b, c) rows of the meeting channel's
-    members (part 0), the newest work-channel messages (1) and the first open mails (2)."""
+    members (part 0), the newest work-channel messages (1) and the newest open mails that are not
+    minutes (2)."""
     cm, msg, m = s.channel_members.c, s.channel_messages.c, s.messages.c
     empty = literal_column("''", Text)
     members = select(literal_column("0", Integer), cm.position, cm.member_id, empty, empty).where(
@@ -69,8 +70,12 @@ def _speaker_sources_stmt() -> Any:
     )
     mail = (
         select(m.seq, m.kind, m.subject, m.body)
-        .where(m.recipient_id == bindparam("_agent"), m.status.in_(OPEN_STATUSES))
-        .order_by(m.seq)
+        .where(
+            m.recipient_id == bindparam("_agent"),
+            m.status.in_(OPEN_STATUSES),
+            m.kind != "minutes",
+        )
+        .order_by(m.seq.desc())
         .limit(bindparam("_latest"))
         .subquery()
     )

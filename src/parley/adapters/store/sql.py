@@ -218,12 +218,8 @@ class SqlTx:
         self._pending.setdefault(name, []).append(_to_row(name, record))
 
     async def get(self, name: str, key: str, *, for_update: bool = False) -> Any:
-        stmt = _GETS[name]
-        if for_update:
-            stmt = self.store.lock_row(stmt)
-        # A row lock builds a new statement (PostgreSQL): only the one built once runs directly.
-        run = self._exec_built if stmt is _GETS[name] else self._exec
-        row = (await run(stmt, {"_key": key})).mappings().first()
+        stmt = self.store.get_by_id(name, for_update=for_update)
+        row = (await self._exec_built(stmt, {"_key": key})).mappings().first()
         return None if row is None else _row_to(name, row)
 
     async def update(self, name: str, key: str, **values: Any) -> int:
@@ -633,9 +629,20 @@ class SqlStore:
         self._owner: str | None = None
         # Told the number of jobs of each committed batch (the hub's metrics).
         self.on_batch: Callable[[int], None] | None = None
+        self._locked_gets: dict[str, Any] = {}
 
     # -- dialect hooks ----------------------------------------------------------------------
     def lock_row(self, stmt: Any) -> Any:
+        return stmt
+
+    def get_by_id(self, name: str, *, for_update: bool) -> Any:
+        """The statement reading one record by id, with this dialect's row lock if
+        ``for_update``: built once, as every trigger, reply and finish locks a row."""
+        if not for_update:
+            return _GETS[name]
+        stmt = self._locked_gets.get(name)
+        if stmt is None:
+            stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
         return stmt
 
     async def mark_alive(self, owner: str) -> None:
@@ -726,10 +733,9 @@ class SqlStore:
         results: list[Any] = []
         afters: list[Callable[[], Awaitable[None] | None]] = []
         try:
-            async with self._write_connection() as conn, self._write_transaction(conn):
-                # One transaction object for the whole batch, so the buffered inserts of all
-                # its jobs go out as one executemany per table.
-                tx = self._writer_tx(conn)
+            # One transaction object for the whole batch, so the buffered inserts of all its
+            # jobs go out as one executemany per table.
+            async with self._write_connection() as conn, self._write_transaction(conn) as tx:
                 for job, _ in batch:
                     results.append(await job(tx))
                 await tx.flush()
@@ -766,15 +772,12 @@ class SqlStore:
             return err
         return exc
 
-    def _write_transaction(
-        self, conn: AsyncConnection
-    ) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Begins a write batch's transaction on ``conn``; commits it, or rolls it back on error."""
-        return conn.begin()
-
-    def _writer_tx(self, conn: AsyncConnection) -> SqlTx:
-        """The transaction object of a write batch on ``conn``."""
-        return SqlTx(conn, self)
+    @contextlib.asynccontextmanager
+    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[SqlTx]:
+        """Begins a write batch's transaction on ``conn`` and gives its transaction object;
+        commits it, or rolls it back on error."""
+        async with conn.begin():
+            yield SqlTx(conn, self)
 
     @contextlib.asynccontextmanager
     async def _write_connection(self) -> AsyncIterator[AsyncConnection]:

@@ -206,21 +206,24 @@ class SqliteStore(SqlStore):
         return driver._conn
 
     @contextlib.asynccontextmanager
-    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
+    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[SqlTx]:
         # BEGIN and COMMIT on the sqlite3 connection: through SQLAlchemy they cost a statement's
         # overhead each. A statement SQLAlchemy runs inside starts its own transaction object
         # (the begin listener sees SQLite's transaction open), which then ends this one.
         if not self.direct_statements:
-            async with conn.begin():
-                yield
+            async with super()._write_transaction(conn) as tx:
+                yield tx
             return
         raw = self._driver(conn)
+        # A replaced writer connection gets a runner of its own.
+        if self._direct is None or self._direct.conn is not raw:
+            self._direct = DirectSqlite(raw, conn.dialect)
         try:
             raw.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
         try:
-            yield
+            yield SqlTx(conn, self, self._direct)
         except BaseException:
             if conn.in_transaction():
                 await conn.rollback()
@@ -233,15 +236,6 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as exc:
             raw.rollback()
             raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
-
-    def _writer_tx(self, conn: AsyncConnection) -> SqlTx:
-        if not self.direct_statements:
-            return SqlTx(conn, self)
-        raw = self._driver(conn)
-        # A replaced writer connection gets a runner of its own.
-        if self._direct is None or self._direct.conn is not raw:
-            self._direct = DirectSqlite(raw, conn.dialect)
-        return SqlTx(conn, self, self._direct)
 
     async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
         # This process is the only writer of the file (see the lock above), so the inbox

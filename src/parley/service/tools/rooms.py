@@ -15,7 +15,7 @@ from pydantic import Field
 
 from parley.core.channels import ChannelMessage
 from parley.core.errors import InvalidRequest, PermissionDenied
-from parley.core.meetings import round_of
+from parley.core.meetings import roll_call
 from parley.core.rooms import DEFAULT_SPEECH_LIMIT, DEFAULT_SPEECH_TARGET, Meeting, RoomConfig
 from parley.service.meetings import ConveneSpec
 from parley.service.rooms import MemberView
@@ -82,13 +82,7 @@ def member_view(view: MemberView) -> dict[str, Any]:
 
 def meeting_view(meeting: Meeting) -> dict[str, Any]:
     """A meeting as an agent reads it: round x/y and who is present, awaited or absent."""
-    present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
-    awaiting = [a.agent_id for a in meeting.attendees if a.attendance == "awaiting"]
-    absent = [a.agent_id for a in meeting.attendees if a.attendance == "absent"]
-    if meeting.status == "ended":
-        # Nobody awaits entry to a meeting that is over.
-        absent, awaiting = absent + awaiting, []
-    current = min(round_of(meeting.turns, len(present)), meeting.max_rounds)
+    roll = roll_call(meeting)
     return without_empty(
         {
             "meeting_id": meeting.id,
@@ -97,11 +91,11 @@ def meeting_view(meeting: Meeting) -> dict[str, Any]:
             "topic": meeting.topic,
             "convened_by": meeting.convened_by,
             "status": meeting.status,
-            "round": f"{current}/{meeting.max_rounds}",
+            "round": f"{roll.round}/{meeting.max_rounds}",
             "speeches": meeting.speeches,
-            "present": present,
-            "awaiting": awaiting,
-            "absent": absent,
+            "present": roll.present,
+            "awaiting": roll.awaiting,
+            "absent": roll.absent,
             "end_reason": meeting.end_reason,
             "error": meeting.error,
         }
@@ -181,33 +175,22 @@ async def meeting_status(
     ] = None,
     recent: Annotated[int, Field(ge=0, le=RECENT_MAX, description="transcript messages")] = 5,
 ) -> dict[str, Any]:
-    hub, caller = call.hub, call.caller
-    meeting: Meeting | None
-    if meeting_id is not None:
-        meeting = await hub.meetings.get(caller, meeting_id)
-        room_id = meeting.room_id
-    else:
-        room_id = await own_room(call, "see a meeting", "meeting_id")
-        meetings = await hub.meetings.of_room(caller, room_id)
-        running = [m for m in meetings if m.status == "running"]
-        # Ids are time-ordered: the last is the latest.
-        shown = running or meetings
-        meeting = shown[-1] if shown else None
-    members = await hub.rooms.members(caller, room_id)
-    result: dict[str, Any] = {
-        "room": {
-            "id": room_id,
-            "members": [{"agent_id": m.agent_id, "state": m.state} for m in members],
-        },
-        "meeting": None,
-    }
-    if meeting is not None:
-        view = meeting_view(meeting)
+    room_id = None if meeting_id else await own_room(call, "see a meeting", "meeting_id")
+    found = await call.hub.meetings.status(
+        call.caller, room_id=room_id, meeting_id=meeting_id, recent=recent
+    )
+    view = None
+    if found.meeting is not None:
+        view = meeting_view(found.meeting)
         if recent:
-            rows = await hub.meetings.transcript(caller, meeting.id, latest=recent)
-            view["recent"] = [recent_view(m) for m in rows]
-        result["meeting"] = view
-    return result
+            view["recent"] = [recent_view(m) for m in found.recent]
+    return {
+        "room": {
+            "id": found.room_id,
+            "members": [{"agent_id": m.agent_id, "state": m.state} for m in found.members],
+        },
+        "meeting": view,
+    }
 
 
 @agent_tool(STOP_MEETING)

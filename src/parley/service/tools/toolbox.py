@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -66,6 +65,7 @@ class TurnToolBox:
     """The tools of one agent's turn in one channel, run as that agent."""
 
     guide = GUIDE
+    tools = TURN_TOOLS
 
     def __init__(
         self,
@@ -75,14 +75,12 @@ class TurnToolBox:
         channel_id: str,
         session_id: str | None,
         max_rounds: int,
-        tools: Mapping[str, AgentTool] = TURN_TOOLS,
     ) -> None:
         self.hub = hub
         self.agent = agent
         self.channel_id = channel_id
         self.session_id = session_id
         self.max_rounds = max_rounds
-        self.tools = dict(tools)
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(

@@ -111,26 +111,20 @@ def brief_view(worker: Worker) -> dict[str, Any]:
     )
 
 
-async def turn_worker(call: ToolCall) -> Worker | None:
-    """The caller's unfinished worker bound to the channel of the turn the call is made in;
-    None over MCP (no turn) or when the turn's channel holds no worker of the caller."""
-    if call.channel_id is None:
-        return None
-    hub = call.hub
-    async with hub.store.read() as tx:
-        worker = await hub.workers.of_channel(tx, call.channel_id)
-    return worker if worker is not None and worker.agent_id == call.caller.id else None
-
-
-async def main_worker(call: ToolCall) -> Worker | None:
-    """The caller's unfinished worker in its work channel, if it has one (none is made)."""
-    channel_id = call.caller.work_channel_id
+async def callers_worker(call: ToolCall, channel_id: str | None) -> Worker | None:
+    """The caller's unfinished worker bound to ``channel_id``, if there is one (none is made)."""
     if channel_id is None:
         return None
     hub = call.hub
     async with hub.store.read() as tx:
         worker = await hub.workers.of_channel(tx, channel_id)
     return worker if worker is not None and worker.agent_id == call.caller.id else None
+
+
+async def turn_worker(call: ToolCall) -> Worker | None:
+    """The caller's worker of the turn the call is made in; None over MCP (no turn) or when
+    the turn's channel holds no worker of the caller."""
+    return await callers_worker(call, call.channel_id)
 
 
 @agent_tool(SPAWN_CHILD)
@@ -226,7 +220,7 @@ async def topology(
     call: ToolCall, session_id: Annotated[str | None, Field(max_length=64)] = None
 ) -> dict[str, Any]:
     if session_id is None:
-        current = await turn_worker(call) or await main_worker(call)
+        current = await turn_worker(call) or await callers_worker(call, call.caller.work_channel_id)
         if current is None:
             raise InvalidRequest(
                 f"{call.caller.id!r} has no current worker; give 'session_id' (worker_status "
@@ -285,11 +279,9 @@ async def heartbeat(
 ) -> dict[str, Any]:
     hub, caller = call.hub, call.caller
     if worker_id is not None:
-        ids = [worker_id]
+        beaten = [await hub.workers.heartbeat(caller, worker_id, long_running=long_running)]
     else:
-        mine = await hub.workers.listing(caller, limit=1000)
-        ids = [w.id for w in mine if w.agent_id == caller.id and not w.terminal]
-    beaten = [await hub.workers.heartbeat(caller, i, long_running=long_running) for i in ids]
+        beaten = await hub.workers.heartbeat_all(caller, long_running=long_running)
     return {"workers": [brief_view(w) for w in beaten], "count": len(beaten)}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from parley.surfaces.cli.output import (
     ctrl_c_stops_watching,
     emit,
     fields,
+    json_object,
     print_json_line,
     table,
     wants_json,
@@ -143,10 +143,7 @@ def send(
         "ttl_seconds": ttl,
     }
     if payload is not None:
-        try:
-            request["payload"] = json.loads(payload)
-        except ValueError as exc:
-            raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+        request["payload"] = json_object(payload, "--payload")
     response = client(ctx).exchange("POST", "/v1/mail", json_body=request)
     sent = response.json()
     # A resend with a known idempotency key sent nothing: the hub answers with the original.

@@ -56,6 +56,8 @@ class MeetingScreen:
         self.console = console
         self.machine = machine
         self.seen: set[str] = set()
+        # The position of the latest message shown: what the stream has not delivered follows it.
+        self.last_seq = 0
         self.view: dict[str, Any] | None = None
         self.round = 0
         self._shown: tuple[Any, ...] | None = None
@@ -106,6 +108,7 @@ class MeetingScreen:
         if m["id"] in self.seen:
             return
         self.seen.add(m["id"])
+        self.last_seq = max(self.last_seq, int(m.get("seq") or 0))
         if self.machine:
             print_json_line({"event": "message", "data": m})
             return
@@ -184,8 +187,11 @@ def watch_meeting(
                 if view.get("status") == "ended":
                     # The closing note and the final state are published one after the other;
                     # print any message the stream has not delivered yet before the end.
-                    for m in hub.get(f"/v1/rooms/meetings/{meeting_id}/transcript"):
-                        screen.message(m)
+                    for rows, _ in hub.pages(
+                        f"/v1/rooms/meetings/{meeting_id}/transcript", after_seq=screen.last_seq
+                    ):
+                        for m in rows:
+                            screen.message(m)
                     screen.meeting(view)
                     screen.minutes(hub.get(f"/v1/rooms/meetings/{meeting_id}/minutes"))
                     return view

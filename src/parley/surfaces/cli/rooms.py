@@ -369,7 +369,8 @@ def watch_command(ctx: typer.Context, meeting_id: MeetingId, as_json: JsonFlag =
 @room_app.command("transcript")
 def transcript(ctx: typer.Context, meeting_id: MeetingId, as_json: JsonFlag = False) -> None:
     """A meeting's messages in order: speeches, humans' posts, moderator and system notes."""
-    rows = client(ctx).get(f"/v1/rooms/meetings/{meeting_id}/transcript")
+    path = f"/v1/rooms/meetings/{meeting_id}/transcript"
+    rows = [m for page, _ in client(ctx).pages(path) for m in page]
 
     def render(ms: list[dict[str, Any]]) -> None:
         screen = MeetingScreen(console, machine=False)

@@ -25,6 +25,7 @@ STATE_STYLES: Mapping[str, str] = {
     "failed": "red",
     "killed": "red",
 }
+# ``core/workers.py``'s final states, spelled out: the CLI starts without loading the models.
 TERMINAL_STATES = frozenset({"released", "completed", "failed", "killed"})
 
 

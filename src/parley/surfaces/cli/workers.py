@@ -213,7 +213,7 @@ def list_workers(
 ) -> None:
     """Workers you may see, newest first.
 
-    The operator sees all; an agent its own and those it started or spawned."""
+    The operator sees all; an agent its own, those it started or spawned, and those below."""
     rows = client(ctx).get("/v1/workers", state=state_ or None, limit=limit)
     emit(ctx, as_json, rows, lambda ws: render_workers("workers", ws))
 

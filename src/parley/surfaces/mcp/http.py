@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from parley.core.errors import NotFound
 from parley.core.identity import Principal
 from parley.service.hub import Hub
+from parley.surfaces.mcp.auth import bearer_token
 from parley.surfaces.rest import errors
 from parley.surfaces.rest.deps import CALLER
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 PATH = "/mcp"
+
+log = logging.getLogger("parley.mcp")
 
 
 def _build_managers(hub: Hub) -> dict[str, StreamableHTTPSessionManager]:
@@ -92,9 +96,7 @@ class McpEndpoint:
                     self._ready.set()
                 await asyncio.Future()  # until the lifespan ends and cancels this task
         except Exception:
-            import logging
-
-            logging.getLogger("parley.mcp").exception("the MCP endpoint could not start")
+            log.exception("the MCP endpoint could not start")
 
     async def _started(self) -> None:
         if not self._running:
@@ -105,7 +107,6 @@ class McpEndpoint:
             raise self._failure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from parley.surfaces.mcp.auth import bearer_token
         from parley.surfaces.mcp.server import PROFILES
 
         await self._started()

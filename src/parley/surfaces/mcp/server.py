@@ -23,7 +23,7 @@ from parley import __version__
 from parley.core.errors import ConfigError, ParleyError
 from parley.service.hub import Hub
 from parley.service.tools import AGENT_TOOLS, AgentTool, ToolCall
-from parley.service.tools.registry import check_storable, compact_schema, describe
+from parley.service.tools.registry import check_storable, compact_schema
 from parley.surfaces.mcp.auth import Authenticator
 from parley.surfaces.mcp.results import error_result, invalid_arguments, json_result
 
@@ -134,7 +134,7 @@ class ParleyMCP(MCPServer[Any]):
 
 def mcp_function(tool: AgentTool, hub: Hub, auth: Authenticator) -> ToolFunction:
     """``tool`` as an MCP tool function: the SDK reads its arguments from the signature (a
-    Context parameter, then the definition's arguments) and its description from the docstring."""
+    Context parameter, then the definition's arguments)."""
 
     async def run(ctx: Context[Any, Any], **arguments: Any) -> CallToolResult:
         caller = await auth(ctx)
@@ -147,15 +147,17 @@ def mcp_function(tool: AgentTool, hub: Hub, auth: Authenticator) -> ToolFunction
         [context, *tool.parameters], return_annotation=CallToolResult
     )
     run.__name__ = tool.name
-    run.__doc__ = tool.description
     return run
 
 
-def build_tools(functions: dict[str, Any], names: Iterable[str]) -> list[Tool]:
+def build_tools(hub: Hub, auth: Authenticator, names: Iterable[str]) -> list[Tool]:
+    """The MCP tools ``names``, each over its definition in :data:`AGENT_TOOLS`."""
     tools = []
     for name in names:
-        fn = functions[name]
-        tool = Tool.from_function(fn, name=name, description=describe(fn.__doc__))
+        definition = AGENT_TOOLS[name]
+        tool = Tool.from_function(
+            mcp_function(definition, hub, auth), name=name, description=definition.description
+        )
         tool.parameters = compact_schema(tool.parameters)
         tools.append(tool)
     return tools
@@ -171,13 +173,11 @@ def build_mcp(hub: Hub, profile: str = "default", *, token: str | None = None) -
             code="unknown_profile",
             profiles=list(PROFILES),
         )
-    auth = Authenticator(hub, token)
-    functions = {name: mcp_function(tool, hub, auth) for name, tool in AGENT_TOOLS.items()}
     return ParleyMCP(
         "parley",
         title="parley",
         version=__version__,
         instructions=INSTRUCTIONS,
-        tools=build_tools(functions, names),
+        tools=build_tools(hub, Authenticator(hub, token), names),
         log_level="WARNING",
     )

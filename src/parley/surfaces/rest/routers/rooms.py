@@ -5,22 +5,23 @@ and a live stream per meeting."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import ChannelMessage
 from parley.core.identity import Principal
-from parley.core.limits import StorableText
-from parley.core.meetings import round_of
+from parley.core.limits import MAX_SEQ, StorableText
+from parley.core.meetings import roll_call
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
 from parley.service.channels import channel_topic
 from parley.service.meetings import ConveneSpec
 from parley.service.rooms import MemberView, RoomSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
 from parley.surfaces.rest.sse import (
     PAGE_ROWS,
     BackfillPage,
@@ -97,11 +98,7 @@ class MeetingView(BaseModel):
 
 
 def meeting_view(meeting: Meeting) -> MeetingView:
-    present = [a.agent_id for a in meeting.attendees if a.attendance == "present"]
-    awaiting = [a.agent_id for a in meeting.attendees if a.attendance == "awaiting"]
-    absent = [a.agent_id for a in meeting.attendees if a.attendance == "absent"]
-    if meeting.status == "ended":
-        absent, awaiting = absent + awaiting, []
+    roll = roll_call(meeting)
     return MeetingView(
         id=meeting.id,
         room_id=meeting.room_id,
@@ -112,12 +109,12 @@ def meeting_view(meeting: Meeting) -> MeetingView:
         status=meeting.status,
         end_reason=meeting.end_reason,
         error=meeting.error,
-        round=min(round_of(meeting.turns, len(present)), meeting.max_rounds),
+        round=roll.round,
         max_rounds=meeting.max_rounds,
         speeches=meeting.speeches,
-        present=present,
-        awaiting=awaiting,
-        absent=absent,
+        present=roll.present,
+        awaiting=roll.awaiting,
+        absent=roll.absent,
         created=meeting.created,
         ended=meeting.ended,
     )
@@ -178,11 +175,30 @@ async def get_meeting(meeting_id: str, caller: Caller, hub: HubDep) -> MeetingVi
     return meeting_view(await hub.meetings.get(caller, meeting_id))
 
 
-@router.get("/v1/rooms/meetings/{meeting_id}/transcript", response_model=list[ChannelMessage])
-async def transcript(meeting_id: str, caller: Caller, hub: HubDep) -> list[ChannelMessage]:
-    """The meeting's messages in order: speeches, human interjections, moderator and system
-    notes."""
-    return await hub.meetings.transcript(caller, meeting_id)
+@router.get(
+    "/v1/rooms/meetings/{meeting_id}/transcript",
+    response_model=list[ChannelMessage],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def transcript(
+    meeting_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> list[ChannelMessage]:
+    """The meeting's messages in order (speeches, human interjections, moderator and system
+    notes), one page at a time as a channel's: a page that does not end the transcript carries a
+    ``Link`` to the next (``after_seq``). With ``latest``, the newest ones that fit one page."""
+    page = await hub.meetings.transcript(
+        caller, meeting_id, after_seq=after_seq, latest=latest, limit=limit
+    )
+    if page.rows and latest is None:
+        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
+    return page.rows
 
 
 @router.get("/v1/rooms/meetings/{meeting_id}/speeches", response_model=list[Speech])
@@ -232,10 +248,11 @@ async def meeting_stream(
                 limit=PAGE_ROWS,
                 max_bytes=hub.settings.page_max_bytes,
             )
-            current = await tx.get("meetings", meeting_id)
+            # The meeting's state closes the backfill: read with its last page only.
+            current = None if page.more else await tx.get("meetings", meeting_id)
         items = [SseItem(str(r.seq), "message", r.model_dump(mode="json")) for r in page.rows]
         last_seq["value"] = int(items[-1].id) if items else after_seq
-        if not page.more:
+        if current is not None:
             state = meeting_view(current).model_dump(mode="json")
             items.append(SseItem(str(last_seq["value"]), "meeting", state))
         return BackfillPage(items, page.more)

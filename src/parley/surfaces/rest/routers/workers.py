@@ -4,7 +4,6 @@ session's topology, artifacts, and a live stream of a worker and its descendants
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -13,9 +12,9 @@ from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core import workers as wk
-from parley.core.identity import Principal
 from parley.core.limits import StorableText
 from parley.core.workers import Artifact, Worker
+from parley.service.worker_control import MAX_TAKEOVER_TIMEOUT_S
 from parley.service.workers import WORKERS_TOPIC, ResultSpec, SpawnSpec, StartSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
@@ -46,7 +45,8 @@ class TakeoverRequest(BaseModel):
     instruction: StorableText = Field(max_length=wk.INSTRUCTION_MAX_CHARS)
     interrupt_first: bool = True
     timeout_s: float = Field(
-        default=5.0, description="Seconds to wait for the running turn to end (0-120)."
+        default=5.0,
+        description=f"Seconds to wait for the running turn to end (0-{MAX_TAKEOVER_TIMEOUT_S:g}).",
     )
 
 
@@ -86,7 +86,8 @@ class WorkerNode(BaseModel):
 
 
 class SessionOut(BaseModel):
-    """A logical session; its runtime's own state only for its agent and the operator."""
+    """A logical session; its runtime's own state only for its agent and the operator (null
+    for anyone else)."""
 
     id: str
     agent_id: str
@@ -117,15 +118,6 @@ class TopologyOut(BaseModel):
     tree: list[WorkerNode]
     child_sessions: list[SessionOut]
     messages: list[SessionMail]
-
-
-def session_out(caller: Principal, data: Mapping[str, Any]) -> SessionOut:
-    own = caller.is_operator or caller.id == data["agent_id"]
-    values = {k: v for k, v in data.items() if k in SessionOut.model_fields}
-    if not own:
-        # A runtime's session state is the agent's business (and may name its files).
-        values["runtime_state"] = None
-    return SessionOut.model_validate(values)
 
 
 # -- workers ---------------------------------------------------------------------------------------
@@ -188,14 +180,7 @@ async def takeover(
         interrupt_first=body.interrupt_first,
         timeout_s=body.timeout_s,
     )
-    return TakeoverOut(
-        worker=outcome.worker,
-        message_id=outcome.message_id,
-        interrupted=outcome.interrupted,
-        timed_out=outcome.timed_out,
-        waited_ms=round(outcome.waited_ms, 3),
-        task_id=outcome.task_id,
-    )
+    return TakeoverOut.model_validate(outcome, from_attributes=True)
 
 
 @router.post("/v1/workers/{worker_id}/resume", response_model=Worker)
@@ -300,13 +285,16 @@ async def worker_stream(
 
 def descendants(root_id: str, rows: list[Worker]) -> list[Worker]:
     """``root_id`` and every worker below it among ``rows`` (one trace)."""
-    by_id = {r.id: r for r in rows}
+    children: dict[str | None, list[Worker]] = {}
+    for r in rows:
+        children.setdefault(r.parent_worker_id, []).append(r)
     found: dict[str, Worker] = {}
-    frontier = [root_id] if root_id in by_id else []
+    frontier = [r for r in rows if r.id == root_id]
     while frontier:
         current = frontier.pop()
-        found[current] = by_id[current]
-        frontier += [r.id for r in rows if r.parent_worker_id == current and r.id not in found]
+        if current.id not in found:
+            found[current.id] = current
+            frontier += children.get(current.id, [])
     return list(found.values())
 
 
@@ -316,14 +304,7 @@ async def topology(session_id: str, caller: Caller, hub: HubDep) -> TopologyOut:
     """A logical session's workers, the child tree under them, the child sessions and the
     session's mail (W8); for the session's agent, whoever may see one of its workers, and the
     operator."""
-    view = await hub.workers.topology(caller, session_id)
-    return TopologyOut(
-        session=session_out(caller, view["session"]),
-        workers=[Worker.model_validate(w) for w in view["workers"]],
-        tree=[WorkerNode.model_validate(n) for n in view["tree"]],
-        child_sessions=[session_out(caller, s) for s in view["child_sessions"]],
-        messages=[SessionMail.model_validate(m) for m in view["messages"]],
-    )
+    return TopologyOut.model_validate(await hub.workers.topology(caller, session_id))
 
 
 @router.get("/v1/artifacts/{artifact_id}", response_model=Artifact)
