@@ -1,10 +1,11 @@
 """Run a hub under uvicorn in its own process for the bench scripts, and the helpers they share.
 
-Run as a script it serves ``create_app(settings)`` with one worker, no access log, and uvloop and
-httptools when they are installed, and writes ``<home>/operator.token`` once the hub has started
-so that a client process can act as the operator. Imported, it offers ``HubProcess`` (start that
-script, wait until it answers, stop it), ``temp_postgres`` (a throwaway database) and small
-reporting helpers.
+Run as a script it serves ``create_app(settings)`` (or, with ``--bare``, a one-route reference
+app) with one worker, no access log, and uvloop and httptools when they are installed (or, with
+``--serving hub``, what ``parley serve`` uses), and writes ``<home>/operator.token`` once the
+hub has started so that a client process can act as the operator. Imported, it offers
+``HubProcess`` (start that script, wait until it answers, stop it), ``temp_postgres`` (a
+throwaway database) and small reporting helpers.
 """
 
 from __future__ import annotations
@@ -147,10 +148,14 @@ class HubProcess:
         port: int | None = None,
         *,
         cpus: set[int] | None = None,
+        bare: bool = False,
+        serving: str = "bench",
     ) -> None:
         self.home = home
         self.database_url = database_url
         self.cpus = cpus
+        self.bare = bare
+        self.serving = serving
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -170,6 +175,9 @@ class HubProcess:
             cmd += ["--database-url", self.database_url]
         if self.cpus:
             cmd += ["--cpus", ",".join(str(c) for c in sorted(self.cpus))]
+        if self.bare:
+            cmd.append("--bare")
+        cmd += ["--serving", self.serving]
         self.home.mkdir(parents=True, exist_ok=True)
         log = (self.home / "server.log").open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -180,14 +188,15 @@ class HubProcess:
             while True:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"the hub exited at start:\n{self.log_tail()}")
-                if token_file.exists():
+                if self.bare or token_file.exists():
                     with contextlib.suppress(httpx.HTTPError):
                         if (await client.get("/readyz")).status_code == 200:
                             break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the hub did not become ready:\n{self.log_tail()}")
                 await asyncio.sleep(0.05)
-        self.operator_token = token_file.read_text().strip()
+        if not self.bare:
+            self.operator_token = token_file.read_text().strip()
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -254,6 +263,30 @@ def _build_app(home: Path, database_url: str | None) -> Any:
     return app
 
 
+def _bare_app() -> Any:
+    """The reference for the REST stack: a Starlette route that reads a JSON body and answers
+    a fixed small JSON body, at the path and status the mail load generator expects."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def send(request: Request) -> JSONResponse:
+        await request.json()
+        return JSONResponse({"id": "01J00000000000000000000000", "seq": 1}, status_code=201)
+
+    async def healthz(_request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    return Starlette(
+        routes=[
+            Route("/v1/mail", send, methods=["POST"]),
+            Route("/healthz", healthz),
+            Route("/readyz", healthz),
+        ]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve a parley hub for a bench script.")
     parser.add_argument("--home", type=Path, required=True)
@@ -267,6 +300,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="event loop (auto: uvloop when installed)",
     )
     parser.add_argument("--cpus", default=None, help="pin the server to these CPUs, e.g. 0 or 0,1")
+    parser.add_argument(
+        "--bare", action="store_true", help="serve the reference app instead of a hub"
+    )
+    parser.add_argument(
+        "--serving",
+        choices=["bench", "hub"],
+        default="bench",
+        help="bench: uvloop and httptools when installed; hub: what `parley serve` uses",
+    )
     args = parser.parse_args(argv)
     # Run as a script, this directory leads sys.path, and bench/mcp.py would shadow the MCP
     # SDK that the app imports.
@@ -280,16 +322,26 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     has = importlib.util.find_spec
     loop = args.loop if args.loop != "auto" else ("uvloop" if has("uvloop") else "asyncio")
+    if args.serving == "hub":
+        from parley.config import Settings
+        from parley.surfaces.cli.hubserver import serving_options
+
+        options = serving_options(Settings(home=args.home))
+    else:
+        options = {
+            "http": "httptools" if has("httptools") else "h11",
+            "timeout_graceful_shutdown": 5,
+        }
+    app = _bare_app() if args.bare else _build_app(args.home, args.database_url)
     uvicorn.run(
-        _build_app(args.home, args.database_url),
+        app,
         host=args.host,
         port=args.port,
         workers=1,
         access_log=False,
         log_level="warning",
         loop=loop,
-        http="httptools" if has("httptools") else "h11",
-        timeout_graceful_shutdown=5,
+        **options,
     )
 
 

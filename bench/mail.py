@@ -124,7 +124,7 @@ async def _send_until(hub: Hub, sender: Principal, to: str, end: float, sent: li
         sent[0] += 1
 
 
-async def _service_round(
+async def service_round(
     hub: Hub,
     senders: list[Principal],
     recipients: list[str],
@@ -180,10 +180,10 @@ async def bench_service(plan: Plan, home: Path, database_url: str | None) -> dic
             for i in range(RECIPIENTS)
         ]
         progress(f"service: warming up for {plan.warmup_s:g}s")
-        await _service_round(hub, senders, recipients, plan.senders, plan.warmup_s, plan.grace_s)
+        await service_round(hub, senders, recipients, plan.senders, plan.warmup_s, plan.grace_s)
         progress(f"service: {plan.senders} concurrent senders for {plan.service_s:g}s")
         cpu_before = time.process_time()
-        sent, began, seen = await _service_round(
+        sent, began, seen = await service_round(
             hub, senders, recipients, plan.senders, plan.service_s, plan.grace_s
         )
         cpu = time.process_time() - cpu_before
@@ -247,7 +247,7 @@ async def _follow_inbox(
                 event = ""
 
 
-async def _create_agents(client: httpx.AsyncClient, prefix: str, count: int) -> dict[str, str]:
+async def create_agents(client: httpx.AsyncClient, prefix: str, count: int) -> dict[str, str]:
     tokens: dict[str, str] = {}
     for i in range(count):
         resp = await client.post("/v1/agents", json={"id": f"{prefix}{i}"})
@@ -275,15 +275,19 @@ async def _warm_rest(client: httpx.AsyncClient, tokens: list[str], to: list[str]
     return refused
 
 
-async def _run_load(plan: Plan, server: HubProcess, job: dict[str, Any]) -> list[dict[str, Any]]:
-    per_client = [plan.rest_concurrency // plan.rest_clients] * plan.rest_clients
-    per_client[0] += plan.rest_concurrency - sum(per_client)
+async def run_load(
+    url: str, clients: int, concurrency: int, job: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run ``clients`` load processes (``mail_load.py``) with ``concurrency`` requests in flight
+    in total against the server at ``url``; their result lines."""
+    per_client = [concurrency // clients] * clients
+    per_client[0] += concurrency - sum(per_client)
     procs: list[asyncio.subprocess.Process] = []
     jobs: list[bytes] = []
     try:
         for concurrency in per_client:
             # The job (with the agents' tokens) goes through stdin, not the command line.
-            jobs.append(json.dumps({**job, "url": server.url, "concurrency": concurrency}).encode())
+            jobs.append(json.dumps({**job, "url": url, "concurrency": concurrency}).encode())
             procs.append(
                 await asyncio.create_subprocess_exec(
                     sys.executable,
@@ -366,8 +370,8 @@ async def _measure_rest(
     async with httpx.AsyncClient(
         base_url=server.url, headers=op, limits=limits, timeout=timeout
     ) as client:
-        senders = await _create_agents(client, f"s{run}-", SENDER_AGENTS)
-        recipients = await _create_agents(client, f"r{run}-", RECIPIENTS)
+        senders = await create_agents(client, f"s{run}-", SENDER_AGENTS)
+        recipients = await create_agents(client, f"r{run}-", RECIPIENTS)
         warmup_errors = await _warm_rest(client, list(senders.values()), list(recipients), 400)
         samples = SseSamples()
         followed = recipients if plan.sse else {}
@@ -388,7 +392,7 @@ async def _measure_rest(
             }
             cpu_before = process_cpu_seconds(server.pid)
             own_before = time.process_time()
-            loads = await _run_load(plan, server, job)
+            loads = await run_load(server.url, plan.rest_clients, plan.rest_concurrency, job)
             cpu_after = process_cpu_seconds(server.pid)
             own_cpu = time.process_time() - own_before
             ok = sum(r["ok"] for r in loads)

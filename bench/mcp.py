@@ -23,22 +23,17 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
-import contextlib  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
-import httpx2  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 sys.path.append(str(HERE))
 from common import database, ms, parse_args, run_main  # noqa: E402
 from hub_server import HubProcess, machine_description, percentile, progress  # noqa: E402
+from mcp_client import mcp_session, result_data  # noqa: E402
 
 # A wait that has not yet reached the hub would find the mail already there: give it time.
 ARM_S = 0.02
@@ -57,24 +52,6 @@ async def profile_sizes(scratch: Path) -> dict[str, dict[str, int]]:
     return {profile: await tool_tokens(build_mcp(hub, profile)) for profile in PROFILES}
 
 
-@contextlib.asynccontextmanager
-async def mcp_session(url: str, token: str) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"}
-    timeout = httpx2.Timeout(30.0, read=WAIT_S + 30.0)
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
-    ):
-        yield client
-
-
-def result_data(result: Any) -> dict[str, Any]:
-    if result.is_error:
-        raise RuntimeError(f"tool call refused: {result.content[0].text}")
-    data: dict[str, Any] = json.loads(result.content[0].text)
-    return data
-
-
 async def create_agents(server: HubProcess, *ids: str) -> dict[str, str]:
     op = {"Authorization": f"Bearer {server.operator_token}"}
     tokens = {}
@@ -91,8 +68,8 @@ async def measure_wakes(server: HubProcess, samples: int, warmup: int) -> dict[s
     wakes: list[float] = []
     sends: list[float] = []
     async with (
-        mcp_session(server.url, tokens["bench-a"]) as a,
-        mcp_session(server.url, tokens["bench-b"]) as b,
+        mcp_session(server.url, tokens["bench-a"], WAIT_S + 30.0) as a,
+        mcp_session(server.url, tokens["bench-b"], WAIT_S + 30.0) as b,
     ):
         for n in range(warmup + samples):
             waiting = asyncio.create_task(b.call_tool("wait_for_mail", {"timeout_s": WAIT_S}))

@@ -29,6 +29,21 @@ KEEP_ALIVE_S = 5
 """How long an idle connection stays open between requests."""
 
 
+def serving_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn serves the hub (the benchmarks serve their reference apps the same way)."""
+    return {
+        "timeout_graceful_shutdown": 5,
+        # h11, not httptools: httptools buffers a header of any size, h11 refuses one larger
+        # than this with 400, so a client cannot grow the hub before it is authenticated.
+        # uvicorn cannot bound how slowly headers arrive: in production a reverse proxy does
+        # (docs/security.md).
+        "http": "h11",
+        "h11_max_incomplete_event_size": HEADER_MAX_BYTES,
+        "timeout_keep_alive": KEEP_ALIVE_S,
+        "limit_concurrency": settings.max_connections,
+    }
+
+
 def client_url(host: str, port: int) -> str:
     """The URL a client on this machine uses; a wildcard bind is reached over loopback."""
     if host in ("0.0.0.0", ""):
@@ -126,15 +141,7 @@ async def run_hub(settings: Settings, log_level: str) -> int:
             log_level=log_level,
             log_config=uvicorn_log_config(settings.log_format),
             access_log=log_level in ("info", "debug"),
-            timeout_graceful_shutdown=5,
-            # h11, not httptools: httptools buffers a header of any size, h11 refuses one
-            # larger than this with 400, so a client cannot grow the hub before it is
-            # authenticated. uvicorn cannot bound how slowly headers arrive: in production a
-            # reverse proxy does (docs/security.md).
-            http="h11",
-            h11_max_incomplete_event_size=HEADER_MAX_BYTES,
-            timeout_keep_alive=KEEP_ALIVE_S,
-            limit_concurrency=settings.max_connections,
+            **serving_options(settings),
         )
         # Again now that uvicorn has configured its loggers: the access log shows ?token=.
         install_redaction()
