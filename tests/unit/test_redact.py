@@ -149,14 +149,17 @@ def test_no_planted_secret_survives_config_redaction(secret: str, key: str, dept
 
 @given(secret=_SECRET, key=_KEY)
 def test_no_secret_survives_text_redaction(secret: str, key: str) -> None:
-    for text in (
-        f"http://user:{secret}@host/x",
-        f"/v1/events/stream?{key}={secret}&x=1",
-        f'{{"{key}": "{secret}"}}',
-        f"Authorization: Bearer {secret}",
+    for template in (
+        "http://user:<s>@host/x",
+        "/v1/events/stream?<k>=<s>&x=1",
+        '{"<k>": "<s>"}',
+        "Authorization: Bearer <s>",
     ):
+        text = template.replace("<k>", key).replace("<s>", secret)
         once = redact_text(text)
-        assert secret not in once, text
+        # A secret that is also a piece of the text around it (``Authoriz``) stays there.
+        around = template.replace("<k>", key).replace("<s>", "")
+        assert once.count(secret) <= around.count(secret), text
         assert redact_text(once) == once  # idempotent: a record may pass two handlers
 
 
