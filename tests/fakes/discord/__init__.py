@@ -169,13 +169,7 @@ class FakeDiscord:
                 "version": 1,
                 "guild_id": str(GUILD_ID),
                 "channel_id": str(thread_id),
-                "channel": {
-                    "id": str(thread_id),
-                    "type": 11,
-                    "guild_id": str(GUILD_ID),
-                    "parent_id": str(FORUM_ID),
-                    "name": "post",
-                },
+                "channel": self._place_json(thread_id),
                 "member": {
                     "user": user(user_id, "maple"),
                     "roles": [],
@@ -357,6 +351,25 @@ class FakeDiscord:
         if parts[0] == "webhooks":
             return self._message_json(next(self.ids), 0, body.get("content", ""))
         raise web.HTTPNotFound(text=json.dumps({"message": "Unknown", "code": 0}))
+
+    def _place_json(self, channel_id: int) -> dict[str, Any]:
+        """A forum post as a thread, anything else as a plain text channel."""
+        thread = self.threads.get(channel_id)
+        if thread is not None:
+            return self._thread_json(thread)
+        return {
+            "id": str(channel_id),
+            "type": 0,
+            "guild_id": str(GUILD_ID),
+            "name": "general",
+            "position": 0,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+            "topic": None,
+            "flags": 0,
+            "rate_limit_per_user": 0,
+        }
 
     def _forum_json(self) -> dict[str, Any]:
         return {

@@ -59,6 +59,7 @@ class Gated:
     that gate."""
 
     reply: str = "done"
+    reply_fn: Callable[[], str] | None = None
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     started: dict[str, asyncio.Event] = field(default_factory=dict)
 
@@ -67,7 +68,7 @@ class Gated:
             if key in turn.prompt.task and not self.started[key].is_set():
                 self.started[key].set()
                 await gate.wait()
-        return self.reply
+        return self.reply_fn() if self.reply_fn is not None else self.reply
 
     def gate(self, key: str) -> asyncio.Event:
         self.started[key] = asyncio.Event()
