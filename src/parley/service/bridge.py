@@ -104,6 +104,9 @@ class Bridge:
         self._subs: dict[str, Subscription] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.errors: list[str] = []
+        # Platform messages handled so far (relayed, refused or found relayed before).
+        self.inbound_handled = 0
+        self._inbound_done = asyncio.Condition()
 
     # -- life --------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -348,6 +351,19 @@ class Bridge:
     async def on_message(self, message: InboundMessage) -> None:
         """A person's message in a mapped place becomes their post in its hub channel (in a
         child's post: a message to that worker), once, whatever the platform redelivers."""
+        try:
+            await self._relay_in(message)
+        finally:
+            async with self._inbound_done:
+                self.inbound_handled += 1
+                self._inbound_done.notify_all()
+
+    async def inbound_settled(self, count: int, timeout_s: float = 30.0) -> None:
+        """Wait until ``count`` platform messages were handled (for tests)."""
+        async with asyncio.timeout(timeout_s), self._inbound_done:
+            await self._inbound_done.wait_for(lambda: self.inbound_handled >= count)
+
+    async def _relay_in(self, message: InboundMessage) -> None:
         place = await self._place_by_platform_id(message.place_id)
         if place is None or not message.content.strip():
             return

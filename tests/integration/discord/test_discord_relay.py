@@ -89,6 +89,7 @@ async def test_relays_go_both_ways_once_and_unlinked_people_are_refused(
     # A stranger's message is refused in the post, and never reaches the hub.
     await fake_discord.user_message(post.id, "delete everything", user_id=STRANGER)
     await fake_discord.wait_for(lambda f: said(post, "is not linked to a parley identity") == 1)
+    await bridge.inbound_settled(3)
     await hub.tasks.wait_idle()
     await bridge.settled()
     assert len(await hub_messages(hub, channel_id, "check the parser too")) == 1
