@@ -235,7 +235,8 @@ def relay_text(message: ChannelMessage) -> str:
     body = message.content.strip() or "(empty)"
     text = f"**{who}**: {body}"
     if len(text) > MESSAGE_MAX:
-        text = cut(text, MESSAGE_MAX - 40) + "\n(truncated; the whole text is in the hub)"
+        note = "\n(truncated; the whole text is in the hub)"
+        text = cut(text, MESSAGE_MAX - len(note)) + note
     return text
 
 

@@ -79,6 +79,7 @@ class FakeDiscord:
         self._seq = itertools.count(2)
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.token = "test-token"
 
     # -- life --------------------------------------------------------------------------------------
     async def __aenter__(self) -> FakeDiscord:
@@ -267,9 +268,17 @@ class FakeDiscord:
                         "Via": "1.1 google",
                     },
                 )
+        # Interaction answers authenticate by the interaction's own token, in the path.
+        by_token = path.startswith(("/interactions/", "/webhooks/"))
+        if not by_token and request.headers.get("Authorization") != f"Bot {self.token}":
+            self.requests.append(Request(request.method, path, body, 401))
+            return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
         self.requests.append(Request(request.method, path, body))
         try:
             return json_response(self._answer(request.method, path, body))
+        except KeyError:
+            self.requests[-1].status = 404
+            return json_response({"message": "Unknown Channel", "code": 10003}, status=404)
         finally:
             await self._changed()
 
@@ -350,7 +359,7 @@ class FakeDiscord:
             }
         if parts[0] == "webhooks":
             return self._message_json(next(self.ids), 0, body.get("content", ""))
-        raise web.HTTPNotFound(text=json.dumps({"message": "Unknown", "code": 0}))
+        raise KeyError(path)
 
     def _place_json(self, channel_id: int) -> dict[str, Any]:
         """A forum post as a thread, anything else as a plain text channel."""

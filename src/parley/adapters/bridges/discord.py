@@ -13,6 +13,7 @@ import contextlib
 import logging
 from typing import Any
 
+import aiohttp
 import discord
 from discord import app_commands
 
@@ -58,6 +59,12 @@ class DiscordBridge:
                 "Discord refused the bot token; set PARLEY_DISCORD_TOKEN to the token of the "
                 "bot (Developer Portal → your application → Bot → Reset Token)",
                 code="discord_bad_token",
+            ) from exc
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            await self.client.close()
+            raise ConfigError(
+                f"the Discord bridge could not start: {exc}; run `parley discord check`",
+                code="discord_unavailable",
             ) from exc
         except BaseException:
             await self.client.close()
