@@ -88,4 +88,4 @@ def build_discord_bridge(hub: Hub) -> Bridge:
         guild_id=settings.discord_guild_id,
         forum_channel_id=settings.discord_forum_channel_id,
     )
-    return Bridge(hub, chat)
+    return Bridge(hub, chat, mirror_discussions=settings.discord_mirror_discussions)

@@ -136,6 +136,10 @@ class Settings(BaseSettings):
         default=None,
         description="The forum channel where each worker and discussion gets a post.",
     )
+    discord_mirror_discussions: bool = Field(
+        default=True,
+        description="Give every discussion channel a post of its own in the forum.",
+    )
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None

@@ -195,6 +195,24 @@ def post_title(state: str, parent: str, prompt: str) -> str:
     return head + cut(one_line(prompt) or "(no prompt)", TITLE_MAX - len(head))
 
 
+def discussion_title(name: str, status: str) -> str:
+    """A discussion channel's post title: 💬 while it runs, 🔒 once closed."""
+    return cut(f"{'💬' if status == 'active' else '🔒'} {one_line(name)}", TITLE_MAX)
+
+
+def discussion_of(event: object) -> str | None:
+    """The discussion channel an event of the hub's log created or closed, if any."""
+    if not isinstance(event, dict):
+        return None
+    subject = str(event.get("subject", ""))
+    kind = event.get("payload", {}).get("kind")
+    if event.get("type") == "channel.created" and kind == "discussion":
+        return subject.removeprefix("channel:")
+    if str(event.get("type", "")).startswith("discussion.") and subject.startswith("channel:"):
+        return subject.removeprefix("channel:")
+    return None
+
+
 def is_archived(state: str) -> bool:
     return state in ARCHIVED_STATES
 

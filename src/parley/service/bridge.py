@@ -33,7 +33,7 @@ from parley.core.bridge import (
     InboundMessage,
     LinkCode,
 )
-from parley.core.channels import ChannelMessage, LogicalSession
+from parley.core.channels import Channel, ChannelMessage, LogicalSession
 from parley.core.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.mail import Message
@@ -95,9 +95,11 @@ async def create_link_code(hub: Hub, caller: Principal, principal_id: str | None
 class Bridge:
     """Mirrors the hub on one chat platform; implements the port's ``Inbound`` side."""
 
-    def __init__(self, hub: Hub, chat: ChatBridge) -> None:
+    def __init__(self, hub: Hub, chat: ChatBridge, *, mirror_discussions: bool = True) -> None:
         self.hub = hub
         self.chat = chat
+        # Every discussion channel (seed 000) gets a post of its own, as a worker does.
+        self.mirror_discussions = mirror_discussions
         self._dirty: dict[Key, None] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -112,17 +114,26 @@ class Bridge:
     async def start(self) -> None:
         """Connect, then catch up with everything that changed while no bridge ran: every
         worker is synced and every mapped channel's unrelayed messages go out."""
-        workers_sub = self.hub.bus.subscribe([WORKERS_TOPIC])
+        topics = [WORKERS_TOPIC, "hub"] if self.mirror_discussions else [WORKERS_TOPIC]
+        workers_sub = self.hub.bus.subscribe(topics)
         self._tasks.append(asyncio.create_task(self._follow(workers_sub, None), name="bridge-w"))
         await self.chat.start(self)
         async with self.hub.store.read() as tx:
             workers: list[Worker] = await tx.select("workers", order_by=[tx.table("workers").c.id])
             places: list[BridgePlace] = await tx.select("bridge_places")
+            c = tx.table("channels").c
+            discussions: list[Channel] = (
+                await tx.select("channels", c.kind == "discussion", c.status != "deleted")
+                if self.mirror_discussions
+                else []
+            )
         for place in places:
             self._watch(place.id)
             self._mark(("relay", place.id))
         for worker in workers:
             self._mark(("worker", worker.id))
+        for channel in discussions:
+            self._mark(("discussion", channel.id))
         self._tasks.append(asyncio.create_task(self._run(), name="bridge-sync"))
 
     async def close(self) -> None:
@@ -165,6 +176,10 @@ class Bridge:
             worker = event.get("worker")
             if isinstance(worker, dict):
                 self._mark(("worker", str(worker["id"])))
+                continue
+            discussion = br.discussion_of(event.get("event"))
+            if discussion is not None:
+                self._mark(("discussion", discussion))
 
     async def _run(self) -> None:
         while True:
@@ -191,6 +206,8 @@ class Bridge:
             await self.sync_worker(ident)
         elif kind == "summary":
             await self.sync_summary(ident)
+        elif kind == "discussion":
+            await self.sync_discussion(ident)
         else:
             await self.relay_out(ident)
 
@@ -295,6 +312,25 @@ class Bridge:
         elif text != place.summary_text:
             await self.chat.edit_message(place.place_id, place.summary_message_id, text)
             await self._save_place(place.id, summary_text=text)
+
+    async def sync_discussion(self, channel_id: str) -> None:
+        """A discussion channel's post: opened with its guide, then its title and archive
+        flag follow the channel (closed: 🔒 and archived)."""
+        async with self.hub.store.read() as tx:
+            channel = await tx.get_channel(channel_id)
+        if channel is None or channel.kind != "discussion":
+            return
+        title = br.discussion_title(channel.name, channel.status)
+        archived = channel.status != "active"
+        place = await self._place(channel_id)
+        if place is None:
+            guide = str(channel.metadata.get("discussGuide") or "")
+            first = br.cut(f"**Discussion** among {', '.join(channel.members)}\n\n{guide}", 2000)
+            place = await self.open_channel_post(channel_id, title, first)
+            self._mark(("relay", channel_id))
+        if place.title != title or place.archived != archived:
+            await self.chat.edit_post(place.place_id, title=title, archived=archived)
+            await self._save_place(place.id, title=title, archived=archived)
 
     # -- relays ------------------------------------------------------------------------------------
     async def relay_out(self, channel_id: str) -> None:
