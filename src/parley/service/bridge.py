@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from parley.core.identity import Principal
 from parley.core.mail import Message
 from parley.core.ports import Subscription, Tx
 from parley.core.workers import Worker
+from parley.service import bridge_commands
 from parley.service.channels import channel_topic
 from parley.service.workers import WORKERS_TOPIC
 
@@ -105,7 +106,7 @@ class Bridge:
         self._idle = asyncio.Event()
         self._subs: dict[str, Subscription] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.errors: list[str] = []
+        self.errors: deque[str] = deque(maxlen=100)  # the latest failed syncs, for checks
         # Platform messages handled so far (relayed, refused or found relayed before).
         self.inbound_handled = 0
         self._inbound_done = asyncio.Condition()
@@ -452,8 +453,6 @@ class Bridge:
     async def on_command(self, call: CommandCall) -> str:
         """Run a slash command as the caller's linked principal; the reply says what happened
         or why it was refused."""
-        from parley.service import bridge_commands
-
         if call.name == "link":
             return await self.link(call.user_id, call.options.get("code", ""))
         who = await self._principal_of(call.user_id)
@@ -462,9 +461,7 @@ class Bridge:
                 "You are not linked to a parley identity. Ask for a code with "
                 "`parley discord link` and run /link with it."
             )
-        handler: Callable[[Bridge, Principal, CommandCall], Awaitable[str]] = getattr(
-            bridge_commands, call.name.replace("-", "_")
-        )
+        handler = bridge_commands.COMMANDS[call.name]
         try:
             return await handler(self, who, call)
         except ParleyError as exc:

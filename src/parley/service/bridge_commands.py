@@ -4,6 +4,7 @@ what the service refuses is answered with its code and message (``Bridge.on_comm
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parley.core import bridge as br
@@ -103,3 +104,15 @@ async def discuss(bridge: Bridge, who: Principal, call: CommandCall) -> str:
     )
     await bridge.hub.channels.post(who, channel.id, guide)
     return f"Discussion channel {channel.id} opened; follow it in its post ({place.place_id})."
+
+
+Command = Callable[["Bridge", Principal, CommandCall], Awaitable[str]]
+# ``/link`` is the bridge's own (it needs no linked principal).
+COMMANDS: Mapping[str, Command] = {
+    "takeover": takeover,
+    "spawn-child": spawn_child,
+    "cancel-child": cancel_child,
+    "topology": topology,
+    "relay": relay,
+    "discuss": discuss,
+}

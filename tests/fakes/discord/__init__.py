@@ -73,6 +73,7 @@ class FakeDiscord:
         self.by_nonce: dict[str, dict[str, Any]] = {}
         self.ids = itertools.count(910000000000000000)
         self.rate_limits: list[tuple[str, re.Pattern[str], float]] = []
+        self.holds: list[tuple[str, re.Pattern[str], asyncio.Event, asyncio.Event]] = []
         self.identified = asyncio.Event()
         self.changed = asyncio.Condition()
         self._sockets: list[web.WebSocketResponse] = []
@@ -112,6 +113,13 @@ class FakeDiscord:
     def rate_limit(self, method: str, path_regex: str, *, retry_after: float = 0.05) -> None:
         """Answer the next matching request with 429 and ``retry_after`` (once)."""
         self.rate_limits.append((method, re.compile(path_regex), retry_after))
+
+    def hold(self, method: str, path_regex: str) -> tuple[asyncio.Event, asyncio.Event]:
+        """Keep the next matching request waiting: returns (arrived, release). Like a slow or
+        rate-limited Discord, without a clock."""
+        arrived, release = asyncio.Event(), asyncio.Event()
+        self.holds.append((method, re.compile(path_regex), arrived, release))
+        return arrived, release
 
     async def wait_for(self, predicate: Any, timeout_s: float = 20.0) -> None:
         """Wait until ``predicate(self)`` holds; the timeout only guards against a hang."""
@@ -244,6 +252,12 @@ class FakeDiscord:
     async def _rest(self, request: web.Request) -> web.Response:
         path = "/" + request.match_info["path"]
         body: Any = await request.json() if request.can_read_body else None
+        for i, (method, pattern, arrived, release) in enumerate(self.holds):
+            if method == request.method and pattern.fullmatch(path):
+                del self.holds[i]
+                arrived.set()
+                await release.wait()
+                break
         for i, (method, pattern, retry_after) in enumerate(self.rate_limits):
             if method == request.method and pattern.fullmatch(path):
                 del self.rate_limits[i]

@@ -4,6 +4,8 @@ finished, ONE edited summary in the parent's post, and Discord's 429 handled by 
 
 from __future__ import annotations
 
+import asyncio
+
 from parley.core.identity import Principal
 from parley.service.hub import Hub
 from parley.service.workers import SpawnSpec, StartSpec
@@ -98,3 +100,49 @@ async def test_a_rate_limited_rename_is_retried_by_discord_py_and_lands(
     # The first rename met a 429; discord.py waited retry_after and sent it again.
     assert [r.status for r in patches] == [429, 200]
     assert patches[0].body == patches[1].body
+
+
+async def test_state_changes_while_discord_is_busy_collapse_into_one_edit(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    fake_discord: FakeDiscord,
+    start_bridge: StartBridge,
+) -> None:
+    lead = await gated_agent(make_agent, runtimes, "lead")
+    gate = lead.gate("Audit")
+    bridge = await start_bridge()
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit the tests"))
+    await lead.started["Audit"].wait()
+    await fake_discord.wait_for(lambda f: len(f.posts()) == 1)
+    await bridge.settled()
+    post = fake_discord.posts()[0]
+    arrived, release = fake_discord.hold("PATCH", rf"/channels/{post.id}")
+
+    gate.set()  # running → idle: the rename to 💤 is sent and Discord holds it
+    await hub.tasks.wait_idle()
+    async with asyncio.timeout(20):  # a guard against a hang, not a wait
+        await arrived.wait()
+    for text in ("and the lexer?", "and the parser?"):  # idle → running → idle, twice
+        await hub.channels.post(operator, root.channel_id, text)
+        await hub.tasks.wait_idle()
+    release.set()
+    await fake_discord.wait_for(
+        lambda f: any("and the parser?" in m for m in post.messages.values())
+    )
+    await bridge.settled()
+
+    async with hub.store.read() as tx:
+        e = tx.table("events").c
+        moves = [
+            r.type
+            for r in await tx.select("events", e.subject == f"worker:{root.id}")
+            if r.type in ("worker.running", "worker.idle")
+        ]
+    assert moves.count("worker.idle") == 3
+    # Four state changes after the post opened, one rename: the sync read the state once
+    # Discord answered, and the worker was idle again, as the title already said.
+    renames = [r for r in fake_discord.made("PATCH", rf"/channels/{post.id}") if "name" in r.body]
+    assert [r.body["name"] for r in renames] == ["💤 [lead]: Audit the tests"]
+    assert post.name == "💤 [lead]: Audit the tests"
