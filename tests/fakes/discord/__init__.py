@@ -23,6 +23,7 @@ APP_ID = 900000000000000001
 BOT_ID = 900000000000000002
 GUILD_ID = 900000000000000010
 FORUM_ID = 900000000000000020
+BOT_ROLE_ID = 900000000000000030
 TIMESTAMP = "2026-12-01T12:00:00.000000+00:00"
 
 
@@ -81,6 +82,8 @@ class FakeDiscord:
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.token = "test-token"
+        # The bot's role: every permission the bridge needs (tests take some away).
+        self.bot_permissions = (1 << 10) | (1 << 11) | (1 << 38) | (1 << 35) | (1 << 34) | (1 << 16)
 
     # -- life --------------------------------------------------------------------------------------
     async def __aenter__(self) -> FakeDiscord:
@@ -312,6 +315,17 @@ class FakeDiscord:
                 "verify_key": "0" * 64,
                 "flags": 1 << 19,
             }
+        if parts[0] == "guilds" and len(parts) == 2:
+            return self._guild_json()
+        if parts[0] == "guilds" and parts[2] == "members":
+            return {
+                "user": user(BOT_ID, "parley-bot", bot=True),
+                "roles": [str(BOT_ROLE_ID)],
+                "joined_at": TIMESTAMP,
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
         if parts[0] == "applications" and parts[-1] == "commands":
             if method == "GET":
                 return []
@@ -374,6 +388,57 @@ class FakeDiscord:
         if parts[0] == "webhooks":
             return self._message_json(next(self.ids), 0, body.get("content", ""))
         raise KeyError(path)
+
+    def _guild_json(self) -> dict[str, Any]:
+        role = {
+            "hoist": False,
+            "managed": False,
+            "mentionable": False,
+            "color": 0,
+            "position": 0,
+            "flags": 0,
+            "icon": None,
+            "unicode_emoji": None,
+        }
+        return {
+            "id": str(GUILD_ID),
+            "name": "parley test",
+            "icon": None,
+            "splash": None,
+            "discovery_splash": None,
+            "owner_id": "1",
+            "afk_channel_id": None,
+            "afk_timeout": 300,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "roles": [
+                {**role, "id": str(GUILD_ID), "name": "@everyone", "permissions": "0"},
+                {
+                    **role,
+                    "id": str(BOT_ROLE_ID),
+                    "name": "parley",
+                    "permissions": str(self.bot_permissions),
+                    "position": 1,
+                },
+            ],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "mfa_level": 0,
+            "application_id": None,
+            "system_channel_id": None,
+            "system_channel_flags": 0,
+            "rules_channel_id": None,
+            "vanity_url_code": None,
+            "description": None,
+            "banner": None,
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "public_updates_channel_id": None,
+            "nsfw_level": 0,
+            "premium_progress_bar_enabled": False,
+        }
 
     def _place_json(self, channel_id: int) -> dict[str, Any]:
         """A forum post as a thread, anything else as a plain text channel."""

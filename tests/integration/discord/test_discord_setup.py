@@ -51,8 +51,12 @@ async def test_check_reports_what_holds_and_what_is_missing(fake_discord: FakeDi
         ("bot token", True),
         ("message content intent", True),
         ("forum channel", True),
+        ("permissions", True),
         ("slash commands", True),
     ]
+    fake_discord.bot_permissions &= ~(1 << 34)  # no Manage Threads
+    missing = await check("test-token", guild_id=GUILD_ID, forum_channel_id=FORUM_ID)
+    assert ("permissions", False, "grant the bot in the forum: Manage Threads") in missing
     bad = await check("wrong-token", guild_id=GUILD_ID, forum_channel_id=FORUM_ID)
     assert [(name, ok) for name, ok, _ in bad] == [("bot token", False)]
     not_forum = await check("test-token", guild_id=GUILD_ID, forum_channel_id=12345)

@@ -203,6 +203,36 @@ class DiscordBridge:
             self.tree.add_command(command, guild=guild)
 
 
+# What the bot does in the forum (docs/discord.md): open posts, write in them, rename and archive
+# the posts it opened, read the messages people write there.
+NEEDED = {
+    "view_channel": "View Channels",
+    "send_messages": "Send Messages",
+    "send_messages_in_threads": "Send Messages in Threads",
+    "create_public_threads": "Create Public Threads",
+    "manage_threads": "Manage Threads",
+    "read_message_history": "Read Message History",
+}
+
+
+async def _permissions(
+    client: discord.Client, guild_id: int, forum_id: int
+) -> tuple[str, bool, str]:
+    """The bot's permissions in the forum, from its roles and the forum's overwrites."""
+    try:
+        guild = await client.fetch_guild(guild_id)
+        assert client.user is not None
+        member = await guild.fetch_member(client.user.id)
+        forum = await guild.fetch_channel(forum_id)
+    except discord.HTTPException as exc:
+        return ("permissions", False, f"cannot read the guild ({exc.status}); invite the bot")
+    granted = forum.permissions_for(member)
+    missing = [label for name, label in NEEDED.items() if not getattr(granted, name)]
+    if missing:
+        return ("permissions", False, f"grant the bot in the forum: {', '.join(missing)}")
+    return ("permissions", True, "the bot may post, write, rename and archive in the forum")
+
+
 async def check(token: str, *, guild_id: int, forum_channel_id: int) -> list[tuple[str, bool, str]]:
     """What ``parley discord check`` reports: each requirement, whether it holds, and what to
     do when it does not. Uses the REST API only (no gateway connection)."""
@@ -239,6 +269,8 @@ async def check(token: str, *, guild_id: int, forum_channel_id: int) -> list[tup
         results.append(("forum channel", True, channel.name))
         if channel.guild.id != guild_id:
             results.append(("guild", False, "the forum channel is in another guild"))
+            return results
+        results.append(await _permissions(client, guild_id, channel.id))
         try:
             await client.http.get_guild_commands(client.application_id or 0, guild_id)
             results.append(("slash commands", True, "the bot may register guild commands"))
