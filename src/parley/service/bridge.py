@@ -113,15 +113,24 @@ class Bridge:
 
     # -- life --------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Connect, then catch up with everything that changed while no bridge ran: every
-        worker is synced and every mapped channel's unrelayed messages go out."""
+        """Connect, then catch up with everything that changed while no bridge ran."""
         topics = [WORKERS_TOPIC, "hub"] if self.mirror_discussions else [WORKERS_TOPIC]
         workers_sub = self.hub.bus.subscribe(topics)
         self._tasks.append(asyncio.create_task(self._follow(workers_sub, None), name="bridge-w"))
         await self.chat.start(self)
+        await self.catch_up()
+        self._tasks.append(asyncio.create_task(self._run(), name="bridge-sync"))
+
+    async def catch_up(self) -> None:
+        """Mark for a sync every mapped channel (to send what it received), every worker that
+        is unfinished or already has a post, and every discussion channel. A worker that
+        ended before any bridge saw it gets no post: a first start does not flood the forum
+        with the hub's history."""
         async with self.hub.store.read() as tx:
-            workers: list[Worker] = await tx.select("workers", order_by=[tx.table("workers").c.id])
+            w = tx.table("workers").c
             places: list[BridgePlace] = await tx.select("bridge_places")
+            mapped = {p.id for p in places}
+            workers: list[Worker] = await tx.select("workers", order_by=[w.id])
             c = tx.table("channels").c
             discussions: list[Channel] = (
                 await tx.select("channels", c.kind == "discussion", c.status != "deleted")
@@ -132,10 +141,11 @@ class Bridge:
             self._watch(place.id)
             self._mark(("relay", place.id))
         for worker in workers:
-            self._mark(("worker", worker.id))
+            if not worker.terminal or worker.channel_id in mapped:
+                self._mark(("worker", worker.id))
         for channel in discussions:
-            self._mark(("discussion", channel.id))
-        self._tasks.append(asyncio.create_task(self._run(), name="bridge-sync"))
+            if channel.status == "active" or channel.id in mapped:
+                self._mark(("discussion", channel.id))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -171,6 +181,9 @@ class Bridge:
     async def _follow(self, sub: Subscription, channel_id: str | None) -> None:
         """Turn bus events into dirty marks; an overflow only means "read the store again"."""
         async for event in sub:
+            if event.get("type") == "overflow":
+                # Events were dropped: the store still knows; read it all again.
+                self._mark(("catch-up", ""))
             if channel_id is not None:
                 self._mark(("relay", channel_id))
                 continue
@@ -209,6 +222,8 @@ class Bridge:
             await self.sync_summary(ident)
         elif kind == "discussion":
             await self.sync_discussion(ident)
+        elif kind == "catch-up":
+            await self.catch_up()
         else:
             await self.relay_out(ident)
 

@@ -146,3 +146,26 @@ async def test_state_changes_while_discord_is_busy_collapse_into_one_edit(
     renames = [r for r in fake_discord.made("PATCH", rf"/channels/{post.id}") if "name" in r.body]
     assert [r.body["name"] for r in renames] == ["💤 [lead]: Audit the tests"]
     assert post.name == "💤 [lead]: Audit the tests"
+
+
+async def test_a_first_bridge_posts_unfinished_workers_but_not_the_hubs_history(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    fake_discord: FakeDiscord,
+    start_bridge: StartBridge,
+) -> None:
+    lead = await gated_agent(make_agent, runtimes, "lead")
+    gate = lead.gate("Write")
+    old = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Old audit"))
+    await hub.tasks.wait_idle()
+    await hub.workers.release(operator, old.id)
+    await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Write the report"))
+    await lead.started["Write"].wait()
+
+    bridge = await start_bridge()
+    await fake_discord.wait_for(lambda f: len(f.posts()) == 1)
+    await bridge.settled()
+    assert [t.name for t in fake_discord.posts()] == ["🏃 [lead]: Write the report"]
+    gate.set()
