@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from parley.adapters.bus.memory import MemoryBus
 from parley.adapters.store.sql import SqlStore
@@ -13,6 +14,9 @@ from parley.core.errors import ConfigError
 from parley.core.ports import Clock, RuntimeSource, Store
 from parley.private_files import secure_data_root
 from parley.service.hub import Hub
+
+if TYPE_CHECKING:
+    from parley.service.bridge import Bridge
 
 
 def build_store(settings: Settings) -> Store:
@@ -54,3 +58,34 @@ def build_hub(
     if isinstance(store, SqlStore):
         store.on_batch = hub.ctx.metrics.batch_committed
     return hub
+
+
+def build_discord_bridge(hub: Hub) -> Bridge:
+    """The Discord bridge over a built hub; discord.py is imported here, never before."""
+    settings = hub.settings
+    missing = [
+        env
+        for env, value in (
+            ("PARLEY_DISCORD_TOKEN", settings.discord_token),
+            ("PARLEY_DISCORD_GUILD_ID", settings.discord_guild_id),
+            ("PARLEY_DISCORD_FORUM_CHANNEL_ID", settings.discord_forum_channel_id),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(
+            f"the Discord bridge needs {', '.join(missing)}; see docs/discord.md",
+            code="discord_not_configured",
+        )
+    from parley.adapters.bridges.discord import DiscordBridge
+    from parley.service.bridge import Bridge
+
+    assert settings.discord_token is not None
+    assert settings.discord_guild_id is not None
+    assert settings.discord_forum_channel_id is not None
+    chat = DiscordBridge(
+        settings.discord_token.get_secret_value(),
+        guild_id=settings.discord_guild_id,
+        forum_channel_id=settings.discord_forum_channel_id,
+    )
+    return Bridge(hub, chat, mirror_discussions=settings.discord_mirror_discussions)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defined in parley.home (no pydantic-settings, for the CLI's start-up); importable from here
@@ -125,6 +125,21 @@ class Settings(BaseSettings):
         description="Rounds of tool calls an openai or anthropic agent may make in one turn "
         "before the turn fails (runtime_tool_rounds).",
     )
+    discord_token: SecretStr | None = Field(
+        default=None,
+        description="The Discord bot's token (PARLEY_DISCORD_TOKEN); never logged or shown.",
+    )
+    discord_guild_id: int | None = Field(
+        default=None, description="The Discord server (guild) the bridge serves."
+    )
+    discord_forum_channel_id: int | None = Field(
+        default=None,
+        description="The forum channel where each worker and discussion gets a post.",
+    )
+    discord_mirror_discussions: bool = Field(
+        default=True,
+        description="Give every discussion channel a post of its own in the forum.",
+    )
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None
@@ -136,6 +151,11 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_root() / 'parley.db'}"
+
+    @property
+    def discord_configured(self) -> bool:
+        """Whether the Discord bridge has what it needs to start (token, guild, forum)."""
+        return bool(self.discord_token and self.discord_guild_id and self.discord_forum_channel_id)
 
     @property
     def is_postgres(self) -> bool:

@@ -24,6 +24,7 @@ CLI_MUST_NOT_IMPORT = (
     "mcp",
     "prometheus_client",
     "httpx",  # imported by the first command that sends a request, not by --help
+    "discord",  # the Discord bridge's library: `parley serve --discord` and `discord check`
 )
 PROVIDER_SDKS = ("openai", "anthropic")
 
@@ -66,8 +67,8 @@ def test_a_started_hub_imports_no_provider_sdk_nor_mcp_before_it_needs_them(
 
         asyncio.run(main())
     """
-    # The MCP SDK waits for the first request to /mcp.
-    assert loaded_after(code, (*PROVIDER_SDKS, "mcp")) == []
+    # The MCP SDK waits for the first request to /mcp; discord.py for a configured bridge.
+    assert loaded_after(code, (*PROVIDER_SDKS, "mcp", "discord")) == []
 
 
 def test_an_openai_agent_loads_its_sdk_and_only_that_one() -> None:

@@ -44,6 +44,11 @@ _URL_USERINFO = re.compile(
 _URL_USERINFO_PART = re.compile(r"://(?P<userinfo>[^/?#\s'\"<>]*)@")
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic|Token|Digest)\s+[A-Za-z0-9._~+/=-]{4,}")
 _KNOWN_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?P<prefix>pt_|sk-)[A-Za-z0-9_-]{8,}")
+# A Discord bot token (its header says "Bot <token>", no scheme word above): three base64url
+# parts, the user id, a timestamp and an HMAC, joined by dots.
+_DISCORD_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{20,40}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,}"
+)
 _SCHEME_WORD = r"(?:Bearer|Basic|Token|Digest)\s+"
 _PLAIN_VALUE = r"[^\s\"'&,;<>(){}\[\]]+"
 # A credential after its scheme word, or a plain value that is not a scheme word (so the prose
@@ -77,7 +82,7 @@ _HEADER = re.compile(
 # What each pattern above cannot match without: ``@`` (userinfo), a scheme word, ``=`` or a quote
 # (assignments), ``:`` (headers), ``-`` (flags, ``sk-``) or ``pt_``. Most log lines and messages
 # have none of it and skip the patterns, which logging runs on every record.
-_MAY_HOLD_SECRET = re.compile(r"[@=:'\"-]|pt_|Bearer|Basic|Token|Digest")
+_MAY_HOLD_SECRET = re.compile(r"[@=:'\"-]|pt_|Bearer|Basic|Token|Digest|\.[A-Za-z0-9_-]{6}\.")
 
 
 def is_secret_name(name: str) -> bool:
@@ -105,6 +110,7 @@ def redact_text(text: str) -> str:
     text = _ASSIGNED.sub(_redact_pair, text)
     text = _HEADER.sub(_redact_pair, text)
     text = _FLAG.sub(_redact_pair, text)
+    text = _DISCORD_TOKEN.sub(REDACTED, text)
     return _KNOWN_TOKEN.sub(lambda m: f"{m['prefix']}{REDACTED}", text)
 
 

@@ -3,7 +3,7 @@ before it is published, and the sender is always the caller the server authentic
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -352,11 +352,20 @@ class Channels:
         return message
 
     async def post(
-        self, caller: Principal, channel_id: str, content: str, *, reply_to: str | None = None
+        self,
+        caller: Principal,
+        channel_id: str,
+        content: str,
+        *,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        then: Callable[[Tx, ChannelMessage], Awaitable[None]] | None = None,
     ) -> Posted:
         """Post as the caller. In a work channel a message from anyone but its agent wakes the
         agent (C2); in a group or discussion channel it starts (or supersedes) a discussion
-        task (C10); in a closed discussion the moderator only answers that it is closed (C8)."""
+        task (C10); in a closed discussion the moderator only answers that it is closed (C8).
+        ``then`` runs in the post's transaction (a bridge records its relay there, so a relay
+        and its message commit together)."""
         size = check_content(content, "message content", self.ctx.settings.message_max_bytes)
         if not content.strip():
             raise InvalidRequest("message content is empty", code="empty_message")
@@ -367,7 +376,9 @@ class Channels:
         ticket = self.ctx.quotas.ticket(caller)
         ticket.charge(messages=1, nbytes=size)
         try:
-            return await self.runner.post_trigger(caller, channel_id, content, reply_to=reply_to)
+            return await self.runner.post_trigger(
+                caller, channel_id, content, reply_to=reply_to, metadata=metadata, then=then
+            )
         except Exception:
             ticket.refund()
             raise

@@ -111,7 +111,14 @@ class TaskRunner:
 
     # -- triggers ---------------------------------------------------------------------------------
     async def post_trigger(
-        self, caller: Principal, channel_id: str, content: str, *, reply_to: str | None = None
+        self,
+        caller: Principal,
+        channel_id: str,
+        content: str,
+        *,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        then: Callable[[Tx, ChannelMessage], Awaitable[None]] | None = None,
     ) -> Posted:
         async def job(tx: Tx) -> Posted:
             channel = await tx.get_channel(channel_id, for_update=True)
@@ -135,7 +142,10 @@ class TaskRunner:
                 content=content,
                 reply_to=reply_to,
                 trigger=is_trigger,
+                metadata=metadata,
             )
+            if then is not None:
+                await then(tx, message)
             if closed and channel.kind == "discussion":
                 # Kept for the record, answered only by the moderator's closed template (C8).
                 await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)

@@ -413,3 +413,49 @@ worker_artifacts = Table(
     Column("content", Text, nullable=False),
     Column("created", TS, nullable=False),
 )
+
+# The chat bridge (core/bridge.py): hub channels mirrored on a platform, the relays made (one
+# row per dedupe key, so a replay after a restart is recognised) and linked platform users.
+bridge_places = Table(
+    "bridge_places",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("worker_id", String(64)),
+    Column("place_id", String(64), nullable=False),
+    Column("title", String(200), nullable=False, server_default=""),
+    Column("archived", Boolean, nullable=False, server_default=text("false")),
+    Column("summary_message_id", String(64)),
+    Column("summary_text", Text, nullable=False, server_default=""),
+    Column("last_seq", Integer, nullable=False, server_default="0"),
+    Column("created", TS, nullable=False),
+    Index("ux_bridge_places_place", "place_id", unique=True),
+    Index("ix_bridge_places_worker", "worker_id"),
+)
+
+bridge_relays = Table(
+    "bridge_relays",
+    metadata,
+    Column("id", String(100), primary_key=True),
+    Column("hub_message_id", String(64)),
+    Column("platform_message_id", String(64)),
+    Column("created", TS, nullable=False),
+)
+
+bridge_links = Table(
+    "bridge_links",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("principal_id", String(64), nullable=False, index=True),
+    Column("created", TS, nullable=False),
+)
+
+bridge_link_codes = Table(
+    "bridge_link_codes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("principal_id", String(64), nullable=False),
+    Column("expires", TS, nullable=False),
+    Column("used", Boolean, nullable=False, server_default=text("false")),
+    Column("created", TS, nullable=False),
+)

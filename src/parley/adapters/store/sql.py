@@ -37,6 +37,7 @@ from sqlalchemy.sql.expression import ClauseElement
 from parley.adapters.store import prepared
 from parley.adapters.store import schema as s
 from parley.adapters.store.sqlite_direct import DirectSqlite
+from parley.core.bridge import BridgeLink, BridgePlace, BridgeRelay, LinkCode
 from parley.core.channels import (
     Channel,
     ChannelMessage,
@@ -79,6 +80,10 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "pulse_log": (s.pulse_log, PulseEntry),
     "workers": (s.workers, Worker),
     "worker_artifacts": (s.worker_artifacts, Artifact),
+    "bridge_places": (s.bridge_places, BridgePlace),
+    "bridge_relays": (s.bridge_relays, BridgeRelay),
+    "bridge_links": (s.bridge_links, BridgeLink),
+    "bridge_link_codes": (s.bridge_link_codes, LinkCode),
 }
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}

@@ -15,6 +15,7 @@ from parley import __version__
 from parley.surfaces.cli import (
     agents,
     channels,
+    discord,
     discuss,
     events,
     extras,
@@ -104,6 +105,7 @@ app.add_typer(discuss.discuss_app, name="discuss")
 app.add_typer(discuss.group_app, name="group")
 app.add_typer(rooms.room_app, name="room")
 app.add_typer(workers.worker_app, name="worker")
+app.add_typer(discord.discord_app, name="discord")
 
 
 def main() -> None:

@@ -9,19 +9,22 @@ stack is not loaded for client commands.
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import uvicorn
 from rich.text import Text
 
-from parley.bootstrap import build_hub
+from parley.bootstrap import build_discord_bridge, build_hub
 from parley.config import Settings, operator_token_path, write_hub_info, write_operator_token
 from parley.core.errors import ParleyError
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
 from parley.surfaces.logs import install_redaction, uvicorn_log_config
 from parley.surfaces.rest.app import create_app, settle_heap
+
+if TYPE_CHECKING:
+    from parley.service.bridge import Bridge
 
 HEADER_MAX_BYTES = 16 * 1024
 """The request line and headers together; parley's clients send a few hundred bytes."""
@@ -119,15 +122,25 @@ class HubServer(uvicorn.Server):
         console.file.flush()
 
 
-async def run_hub(settings: Settings, log_level: str) -> int:
+async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) -> int:
     """Start the hub, serve it until a signal, stop it. Returns the exit status. Logging is
-    configured, redaction included, by ``parley serve`` before this runs."""
+    configured, redaction included, by ``parley serve`` before this runs. The Discord bridge
+    runs when asked (``--discord``) or configured, and is not imported otherwise."""
+    bridge: Bridge | None = None
     try:
         hub = build_hub(settings)
         await hub.start()
     except ParleyError as exc:
         print_error(exc.code, exc.message)
         return 1
+    if discord or settings.discord_configured:
+        try:
+            bridge = build_discord_bridge(hub)
+            await bridge.start()
+        except ParleyError as exc:
+            print_error(exc.code, exc.message)
+            await hub.stop()
+            return 1
     settle_heap()
     try:
         home = settings.data_root()
@@ -158,5 +171,7 @@ async def run_hub(settings: Settings, log_level: str) -> int:
             )
             return 1
     finally:
+        if bridge is not None:
+            await bridge.close()
         await hub.stop()
     return 0

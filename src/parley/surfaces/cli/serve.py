@@ -35,6 +35,13 @@ def serve(
         str | None,
         typer.Option(help="text or json: one JSON object a line (env PARLEY_LOG_FORMAT; text)."),
     ] = None,
+    discord: Annotated[
+        bool,
+        typer.Option(
+            "--discord",
+            help="Run the Discord bridge (PARLEY_DISCORD_*; it also runs whenever they are set).",
+        ),
+    ] = False,
 ) -> None:
     """Run the hub: the store, the REST API with its live streams, on one port."""
     if log_level not in LOG_LEVELS:
@@ -68,6 +75,6 @@ def serve(
     os.umask(PRIVATE_UMASK)
     import asyncio
 
-    code = asyncio.run(run_hub(settings, log_level))
+    code = asyncio.run(run_hub(settings, log_level, discord=discord))
     if code:
         raise typer.Exit(code)

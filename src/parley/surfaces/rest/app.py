@@ -19,6 +19,7 @@ from parley.surfaces.rest.deps import refuse_unstorable_url
 from parley.surfaces.rest.guard import RequestGuard
 from parley.surfaces.rest.routers import (
     agents,
+    bridge,
     channels,
     events,
     health,
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         metrics,
         rooms,
         workers,
+        bridge,
     ):
         app.include_router(module.router)
     # Around every route, /mcp included: authenticate before any body byte is read, bound the

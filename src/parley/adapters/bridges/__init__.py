@@ -1,0 +1,1 @@
+"""Chat-platform bridges: implementations of :class:`parley.core.bridge.ChatBridge`."""

@@ -1,0 +1,65 @@
+"""Every discussion channel an agent opens (seed 000) gets a post of its own: the moderator's
+kickoff and the members' speeches are relayed by the bot, and the post is locked and archived
+when the discussion closes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parley.adapters.runtimes.scripted import ScriptedRuntime
+from parley.core.identity import Principal
+from parley.core.runtime import Turn
+from parley.service.hub import Hub
+from parley.testing import StaticRuntimes
+from tests.conftest import MakeAgent
+from tests.fakes.discord import FakeDiscord
+from tests.integration.discord.conftest import StartBridge
+
+
+async def test_a_discussion_channel_is_mirrored_and_closed_in_its_own_post(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    fake_discord: FakeDiscord,
+    start_bridge: StartBridge,
+    tmp_path: Path,
+) -> None:
+    lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(tmp_path / "l"))
+    await make_agent(
+        "rev",
+        runtime={"kind": "scripted"},
+        workspace=str(tmp_path / "r"),
+        accepts_channels_from=["lead"],
+    )
+
+    def says(name: str):  # type: ignore[no-untyped-def]
+        def reply(turn: Turn) -> str:
+            return f"{name} thinks a ring buffer [[DISCUSSION_DONE]]"
+
+        return reply
+
+    runtimes.set("lead", ScriptedRuntime(says("lead")))
+    runtimes.set("rev", ScriptedRuntime(says("rev")))
+    bridge = await start_bridge()
+    assert lead.principal.work_channel_id is not None
+    channel = await hub.discussions.create_private_channel(
+        lead.principal, "queue design", ["rev"], lead.principal.work_channel_id, "Pick a queue"
+    )
+    await hub.tasks.wait_idle()
+
+    await fake_discord.wait_for(lambda f: any(t.name == "💬 queue design" for t in f.posts()))
+    post = fake_discord.post_named("queue design")
+    first = next(iter(post.messages.values()))
+    assert "Pick a queue" in first and "lead" in first and "rev" in first
+    await fake_discord.wait_for(
+        lambda f: any(m.startswith("**🧭 moderator**") for m in post.messages.values())
+    )
+    await fake_discord.wait_for(
+        lambda f: any(m.startswith("**rev**: rev thinks") for m in post.messages.values())
+    )
+
+    await hub.discussions.force_close(operator, channel.id, "enough")
+    await fake_discord.wait_for(lambda f: post.name == "🔒 queue design" and post.archived)
+    await bridge.settled()
+    assert len([t for t in fake_discord.posts() if "queue design" in t.name]) == 1
