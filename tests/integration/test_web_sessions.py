@@ -1,0 +1,203 @@
+"""The web UI's sign-in, session and CSRF rules, over plain HTTP (the browser tests are in
+tests/acceptance/test_web_ui.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from parley.core.identity import hash_token
+from parley.service.hub import Hub
+from parley.service.identity import HumanSpec
+from parley.surfaces.rest.app import create_app
+from tests.conftest import MakeAgent
+
+BASE = "http://parley.test"
+ORIGIN = {"Origin": BASE}
+
+
+@pytest.fixture
+async def app_client(hub: Hub) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(hub=hub)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as c:
+        c.app = app  # type: ignore[attr-defined]
+        yield c
+
+
+async def sign_in(client: httpx.AsyncClient, token: str) -> str:
+    """Sign in; returns the CSRF token of the overview page."""
+    r = await client.post("/ui/signin", data={"token": token}, headers=ORIGIN)
+    assert r.status_code == 303, r.text
+    r = await client.get("/ui/")
+    assert r.status_code == 200, r.text
+    found = re.search(r'name="csrf" value="([^"]+)"', r.text)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_root_redirects_to_the_ui_and_pages_need_a_session(
+    app_client: httpx.AsyncClient,
+) -> None:
+    r = await app_client.get("/")
+    assert r.status_code == 307 and r.headers["location"] == "/ui/"
+    r = await app_client.get("/ui/")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
+    r = await app_client.get("/ui/signin")
+    assert r.status_code == 200 and 'name="token"' in r.text
+
+
+async def test_a_wrong_token_is_refused_with_its_code(app_client: httpx.AsyncClient) -> None:
+    r = await app_client.post("/ui/signin", data={"token": "pt_nope"}, headers=ORIGIN)
+    assert r.status_code == 401
+    assert "invalid_token" in r.text
+    assert "parley_session" not in r.headers.get("set-cookie", "")
+
+
+async def test_session_cookie_flags_and_no_token_stored(
+    app_client: httpx.AsyncClient, hub: Hub
+) -> None:
+    assert hub.operator_token is not None
+    r = await app_client.post("/ui/signin", data={"token": hub.operator_token}, headers=ORIGIN)
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith("parley_session=")
+    flags = {part.strip().lower() for part in cookie.split(";")}
+    assert {"httponly", "samesite=strict", "path=/ui"} <= flags
+    assert "secure" not in flags  # served over plain http here; https adds it
+    assert hub.operator_token not in cookie
+    session_id = cookie.split(";")[0].split("=", 1)[1]
+    sessions = app_client.app.state.web_sessions  # type: ignore[attr-defined]
+    # The hub keeps the session id's hash and the token's digest, never either secret.
+    kept = repr(sessions._sessions)
+    assert session_id not in kept and hub.operator_token not in kept
+    assert hash_token(hub.operator_token) in kept
+
+
+async def test_secure_flag_over_https(hub: Hub) -> None:
+    app = create_app(hub=hub)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://parley.test") as c:
+        assert hub.operator_token is not None
+        r = await c.post(
+            "/ui/signin",
+            data={"token": hub.operator_token},
+            headers={"Origin": "https://parley.test"},
+        )
+    assert r.status_code == 303
+    assert "secure" in {p.strip().lower() for p in r.headers["set-cookie"].split(";")}
+
+
+async def test_sign_in_from_another_origin_is_refused(
+    app_client: httpx.AsyncClient, hub: Hub
+) -> None:
+    assert hub.operator_token is not None
+    r = await app_client.post(
+        "/ui/signin", data={"token": hub.operator_token}, headers={"Origin": "http://evil.test"}
+    )
+    assert r.status_code == 403
+    assert "set-cookie" not in r.headers
+
+
+async def test_actions_need_the_csrf_token_and_the_own_origin(
+    app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent
+) -> None:
+    agent = await make_agent("alpha")
+    assert hub.operator_token is not None
+    csrf = await sign_in(app_client, hub.operator_token)
+    channel = agent.principal.work_channel_id
+    path = f"/ui/channels/{channel}/post"
+    # No CSRF token, a wrong one, a foreign origin, no origin at all: each refused, none posted.
+    for data, headers in (
+        ({"content": "a"}, ORIGIN),
+        ({"content": "b", "csrf": csrf + "x"}, ORIGIN),
+        ({"content": "c", "csrf": csrf}, {"Origin": "http://evil.test"}),
+        ({"content": "d", "csrf": csrf}, {}),
+    ):
+        r = await app_client.post(path, data=data, headers=headers)
+        assert r.status_code == 403, (data, headers)
+    api = app_client
+    r = await api.get(
+        f"/v1/channels/{channel}/messages",
+        headers={"Authorization": f"Bearer {hub.operator_token}"},
+    )
+    assert r.json() == []
+    # With both, the post goes through the channel service as the operator.
+    r = await app_client.post(path, data={"content": "hello", "csrf": csrf}, headers=ORIGIN)
+    assert r.status_code == 303
+    r = await api.get(
+        f"/v1/channels/{channel}/messages",
+        headers={"Authorization": f"Bearer {hub.operator_token}"},
+    )
+    assert [(m["sender_id"], m["content"]) for m in r.json()] == [("operator", "hello")]
+    # A Referer from the hub's own pages is accepted when a client sends no Origin.
+    r = await app_client.post(
+        path, data={"content": "again", "csrf": csrf}, headers={"Referer": f"{BASE}/ui/"}
+    )
+    assert r.status_code == 303
+
+
+async def test_a_rotated_token_ends_its_sessions(
+    app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent
+) -> None:
+    operator = await hub.identity.authenticate(hub.operator_token)
+    human = await hub.identity.create_human(operator, HumanSpec(id="hana"))
+    await sign_in(app_client, human.token)
+    assert (await app_client.get("/ui/channels")).status_code == 200
+    await hub.identity.issue_token(operator, "hana", rotate=True)
+    r = await app_client.get("/ui/channels")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
+    sessions = app_client.app.state.web_sessions  # type: ignore[attr-defined]
+    assert sessions._sessions == {}
+
+
+async def test_sign_out_ends_the_session(app_client: httpx.AsyncClient, hub: Hub) -> None:
+    assert hub.operator_token is not None
+    csrf = await sign_in(app_client, hub.operator_token)
+    r = await app_client.post("/ui/signout", data={"csrf": csrf}, headers=ORIGIN)
+    assert r.status_code == 303
+    r = await app_client.get("/ui/")
+    assert r.status_code == 303
+
+
+async def test_one_time_sign_in_link_works_once(app_client: httpx.AsyncClient, hub: Hub) -> None:
+    assert hub.operator_token is not None
+    sessions = app_client.app.state.web_sessions  # type: ignore[attr-defined]
+    code = sessions.issue_code(hash_token(hub.operator_token))
+    assert hub.operator_token not in code
+    r = await app_client.get(f"/ui/signin/link?code={code}")
+    assert r.status_code == 303
+    assert (await app_client.get("/ui/")).status_code == 200
+    app_client.cookies.clear()
+    r = await app_client.get(f"/ui/signin/link?code={code}")
+    assert r.status_code == 401 and "used already or has expired" in r.text
+    assert (await app_client.get("/ui/")).status_code == 303
+
+
+async def test_an_agent_cannot_read_another_agents_inbox_or_channel(
+    app_client: httpx.AsyncClient, make_agent: MakeAgent
+) -> None:
+    alpha = await make_agent("alpha")
+    beta = await make_agent("beta")
+    csrf = await sign_in(app_client, alpha.token)
+    r = await app_client.get("/ui/mail?owner=beta")
+    assert r.status_code == 403 and "Refused (" in r.text
+    r = await app_client.get(f"/ui/channels/{beta.principal.work_channel_id}")
+    assert r.status_code == 403 and "channel_forbidden" in r.text
+    r = await app_client.post(
+        f"/ui/channels/{beta.principal.work_channel_id}/post",
+        data={"content": "sneaky", "csrf": csrf},
+        headers=ORIGIN,
+    )
+    assert r.status_code == 303
+    r = await app_client.get("/ui/")
+    assert "not_a_member" in r.text  # the refusal is shown on the next page
+    r = await app_client.get("/ui/events")
+    assert r.status_code == 403 and "operator_only" in r.text
+
+
+async def test_ui_routes_stay_out_of_the_api_document(app_client: httpx.AsyncClient) -> None:
+    paths = (await app_client.get("/openapi.json")).json()["paths"]
+    assert not [p for p in paths if p == "/" or p.startswith("/ui")]
