@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from parley.core.errors import ParleyError
 from parley.surfaces.rest import errors
-from parley.surfaces.web import channels, pages, signin
+from parley.surfaces.web import channels, meetings, pages, signin, workers
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
 from parley.surfaces.web.render import HERE, templates
 from parley.surfaces.web.sessions import WebSessions
@@ -54,7 +54,7 @@ def mount(app: FastAPI, sessions: WebSessions | None = None) -> WebSessions:
     web_sessions = sessions or WebSessions()
     app.state.web_sessions = web_sessions
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    for module in (signin, pages, channels):
+    for module in (signin, pages, channels, meetings, workers):
         app.include_router(module.router, prefix=PREFIX, include_in_schema=False)
     app.add_api_route(
         "/",

@@ -91,8 +91,7 @@ async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceRespo
     hub = hub_of(request)
 
     async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        if batch is None:
-            return []  # the page was rendered just now
+        # Also on connecting (batch None): the page was rendered before the stream subscribed.
         data = await _overview(hub, viewer.principal)
         return [{"event": "overview", "data": fragment("_overview.html", **data)}]
 

@@ -1,0 +1,79 @@
+"""Fixtures of the browser tests: the hub (in-process, scripted runtimes) served by uvicorn on a
+free port, and Debian's Chromium driven by Playwright (browsers are never downloaded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+
+from parley.service.hub import Hub
+from parley.surfaces.rest.app import create_app
+from tests.fakes.serving import LocalServer
+
+CHROMIUM = os.environ.get("PARLEY_TEST_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+WAIT_MS = 10_000
+"""How long an expectation waits for the page to change: a failure guard, not a timing."""
+
+
+@dataclass
+class Served:
+    url: str
+    hub: Hub
+
+
+@pytest.fixture
+async def served(hub: Hub) -> AsyncIterator[Served]:
+    async with LocalServer(create_app(hub=hub)) as server:
+        yield Served(server.url, hub)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package (.ci/run does)")
+    async with async_playwright() as pw:
+        the_browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield the_browser
+        finally:
+            await the_browser.close()
+
+
+@pytest.fixture
+async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
+    ctx = await browser.new_context(viewport=DESKTOP)
+    ctx.set_default_timeout(WAIT_MS)
+    try:
+        yield ctx
+    finally:
+        await ctx.close()
+
+
+async def sign_in(page: Page, url: str, token: str) -> None:
+    await page.goto(f"{url}/ui/")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(f"{url}/ui/")
+
+
+async def shoot(page: Page, name: str) -> None:
+    """A screenshot for the docs, at desktop and phone widths (docs/images, committed)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    size = page.viewport_size
+    await page.set_viewport_size(DESKTOP)
+    await page.screenshot(path=SCREENSHOTS / f"ui-{name}-desktop.png", full_page=False)
+    await page.set_viewport_size(PHONE)
+    await page.screenshot(path=SCREENSHOTS / f"ui-{name}-phone.png", full_page=False)
+    if size is not None:
+        await page.set_viewport_size(size)
