@@ -67,13 +67,19 @@ async def sign_in(page: Page, url: str, token: str) -> None:
     await page.wait_for_url(f"{url}/ui/")
 
 
-async def shoot(page: Page, name: str) -> None:
-    """A screenshot for the docs, at desktop and phone widths (docs/images, committed)."""
+async def shoot(page: Page, name: str, *, dark: bool = False) -> None:
+    """A screenshot for the docs, at desktop and phone widths (docs/images, committed), and
+    with ``dark`` one more on the desktop in the dark colour scheme."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     size = page.viewport_size
     await page.set_viewport_size(DESKTOP)
     await page.screenshot(path=SCREENSHOTS / f"ui-{name}-desktop.png", full_page=False)
     await page.set_viewport_size(PHONE)
     await page.screenshot(path=SCREENSHOTS / f"ui-{name}-phone.png", full_page=False)
+    if dark:
+        await page.set_viewport_size(DESKTOP)
+        await page.emulate_media(color_scheme="dark")
+        await page.screenshot(path=SCREENSHOTS / f"ui-{name}-dark.png", full_page=False)
+        await page.emulate_media(color_scheme="light")
     if size is not None:
         await page.set_viewport_size(size)

@@ -63,7 +63,7 @@ async def test_watch_a_discussion_live_then_supersede_it(
     await expect(first).not_to_contain_text("concluded")
     await expect(transcript.locator("li.msg.human")).to_have_count(1)
     await expect(transcript.locator("li.msg.agent")).to_have_count(4)
-    await shoot(page, "channel")
+    await shoot(page, "channel", dark=True)
 
     # A newer human message supersedes a running discussion.
     gate.entered.clear()

@@ -10,10 +10,12 @@ from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import Task
 from parley.core.errors import ParleyError, PermissionDenied
+from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, MailSummary
 from parley.service.hub import Hub
 from parley.service.identity import require_operator
+from parley.service.mail import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
 from parley.surfaces.web.live import live
 from parley.surfaces.web.render import fragment, page
@@ -22,6 +24,7 @@ router = APIRouter()
 
 FAILED_ENDS = ("failed", "interrupted")
 RECENT = 10
+EVENTS_SHOWN = 200
 
 
 async def _agents(hub: Hub, viewer: Principal) -> list[Principal]:
@@ -119,7 +122,8 @@ async def inbox(
     from_id: str = "",
     archived: bool = False,
 ) -> HTMLResponse:
-    """An inbox with filters; whose inbox the viewer may read is the mail service's decision."""
+    """An inbox with filters, live; whose inbox the viewer may read is the mail service's
+    decision."""
     hub = hub_of(request)
     owner = owner or viewer.principal.id
     messages: list[Any] = []
@@ -140,8 +144,32 @@ async def inbox(
         + ([viewer.principal.id] if viewer.principal.kind == "human" else []),
         messages=messages,
         error=error,
+        query=request.url.query,
         filters={"status": status, "kind": kind, "from_id": from_id, "archived": archived},
     )
+
+
+@router.get("/live/mail")
+async def inbox_live(
+    request: Request,
+    viewer: ViewerDep,
+    owner: str = "",
+    status: str = "",
+    kind: str = "",
+    from_id: str = "",
+    archived: bool = False,
+) -> EventSourceResponse:
+    """The inbox table again whenever the inbox changes."""
+    hub = hub_of(request)
+    owner = owner or viewer.principal.id
+    flt = _inbox_filter(status, kind, from_id, archived)
+    await hub.mail.inbox_page(viewer.principal, owner, flt.model_copy(update={"limit": 1}))
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        messages = (await hub.mail.inbox_page(viewer.principal, owner, flt)).rows
+        return [{"event": "inbox", "data": fragment("_inbox.html", messages=messages)}]
+
+    return live(request, viewer, [inbox_topic(owner)], render)
 
 
 @router.get("/mail/thread/{message_id}", response_class=HTMLResponse)
@@ -162,20 +190,7 @@ async def thread(request: Request, viewer: ViewerDep, message_id: str) -> HTMLRe
 
 
 # -- the event log ---------------------------------------------------------------------------------
-@router.get("/events", response_class=HTMLResponse)
-async def event_log(
-    request: Request,
-    viewer: ViewerDep,
-    type: str = "",
-    subject: str = "",
-    actor: str = "",
-) -> HTMLResponse:
-    """The newest events, filtered (operator only, as over REST)."""
-    hub = hub_of(request)
-    try:
-        require_operator(viewer.principal, "read the event log")
-    except PermissionDenied as exc:
-        return _events_page(request, viewer, [], f"Refused ({exc.code}): {exc.message}", {})
+async def _events(hub: Hub, type: str, subject: str, actor: str) -> list[Event]:
     async with hub.store.read() as tx:
         e = tx.table("events").c
         where: list[Any] = []
@@ -185,13 +200,47 @@ async def event_log(
             where.append(e.subject == subject)
         if actor:
             where.append(e.actor == actor)
-        rows = await tx.select("events", *where, order_by=[e.id.desc()], limit=200)
+        rows: list[Event] = await tx.select(
+            "events", *where, order_by=[e.id.desc()], limit=EVENTS_SHOWN
+        )
+    return rows
+
+
+@router.get("/events", response_class=HTMLResponse)
+async def event_log(
+    request: Request,
+    viewer: ViewerDep,
+    type: str = "",
+    subject: str = "",
+    actor: str = "",
+) -> HTMLResponse:
+    """The newest events, filtered, live (operator only, as over REST)."""
     filters = {"type": type, "subject": subject, "actor": actor}
-    return _events_page(request, viewer, list(rows), None, filters)
+    try:
+        require_operator(viewer.principal, "read the event log")
+    except PermissionDenied as exc:
+        error = f"Refused ({exc.code}): {exc.message}"
+        return _events_page(request, viewer, [], error, filters)
+    rows = await _events(hub_of(request), type, subject, actor)
+    return _events_page(request, viewer, rows, None, filters)
+
+
+@router.get("/live/events")
+async def event_log_live(
+    request: Request, viewer: ViewerDep, type: str = "", subject: str = "", actor: str = ""
+) -> EventSourceResponse:
+    require_operator(viewer.principal, "read the event log")
+    hub = hub_of(request)
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        rows = await _events(hub, type, subject, actor)
+        return [{"event": "events", "data": fragment("_events.html", events=rows)}]
+
+    return live(request, viewer, ["hub"], render)
 
 
 def _events_page(
-    request: Request, viewer: Viewer, rows: list[Any], error: str | None, filters: dict[str, str]
+    request: Request, viewer: Viewer, rows: list[Event], error: str | None, filters: dict[str, str]
 ) -> HTMLResponse:
     return page(
         request,
@@ -200,5 +249,6 @@ def _events_page(
         status_code=200 if error is None else 403,
         events=rows,
         error=error,
+        query=request.url.query,
         filters=filters,
     )
