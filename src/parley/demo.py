@@ -561,7 +561,7 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
         console.print(
             f"Web UI: {url}/ui/\n"
             f"Sign in as the operator (this link works once, for "
-            f"{SIGN_IN_LINK_TTL_S // 60:.0f} minutes): {url}/ui/signin/link?code={code}",
+            f"{SIGN_IN_LINK_TTL_S // 60:.0f} minutes): {url}/ui/signin/link?key={code}",
             soft_wrap=True,  # a link broken over two lines does not open
         )
         console.print(

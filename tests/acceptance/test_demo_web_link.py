@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 PARLEY = str(Path(sys.executable).with_name("parley"))
-LINK = re.compile(r"(http://127\.0\.0\.1:\d+/ui/signin/link\?code=[A-Za-z0-9_-]+)")
+LINK = re.compile(r"(http://127\.0\.0\.1:\d+/ui/signin/link\?key=[A-Za-z0-9_-]+)")
 
 
 def test_the_demo_prints_a_one_time_sign_in_link(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from parley.core.identity import hash_token
+from parley.core.redact import redact_text
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
 from parley.surfaces.rest.app import create_app
@@ -167,13 +168,15 @@ async def test_one_time_sign_in_link_works_once(app_client: httpx.AsyncClient, h
     sessions = app_client.app.state.web_sessions  # type: ignore[attr-defined]
     code = sessions.issue_code(hash_token(hub.operator_token))
     assert hub.operator_token not in code
-    r = await app_client.get(f"/ui/signin/link?code={code}")
+    r = await app_client.get(f"/ui/signin/link?key={code}")
     assert r.status_code == 303
     assert (await app_client.get("/ui/")).status_code == 200
     app_client.cookies.clear()
-    r = await app_client.get(f"/ui/signin/link?code={code}")
+    r = await app_client.get(f"/ui/signin/link?key={code}")
     assert r.status_code == 401 and "used already or has expired" in r.text
     assert (await app_client.get("/ui/")).status_code == 303
+    # An access log line with the link does not carry the code (the hub's log redaction).
+    assert code not in redact_text(f'"GET /ui/signin/link?key={code} HTTP/1.1" 303')
 
 
 async def test_an_agent_cannot_read_another_agents_inbox_or_channel(

@@ -58,9 +58,10 @@ def _signed_in(request: Request, principal_id: str, token_digest: str) -> Redire
 
 
 @router.get("/signin/link", response_model=None)
-async def signin_link(request: Request, code: str = "") -> HTMLResponse | RedirectResponse:
-    """A one-time sign-in link (``parley demo`` prints one): the code works once, briefly."""
-    digest = sessions_of(request).redeem(code)
+async def signin_link(request: Request, key: str = "") -> HTMLResponse | RedirectResponse:
+    """A one-time sign-in link (``parley demo`` prints one): the code works once, briefly.
+    Its parameter is named ``key`` so that the hub's log redaction hides it (core/redact.py)."""
+    digest = sessions_of(request).redeem(key)
     if digest is None:
         return _form(request, "This sign-in link was used already or has expired.", 401)
     try:
