@@ -17,7 +17,10 @@ from parley.surfaces.rest.app import create_app
 from tests.fakes.serving import LocalServer
 
 CHROMIUM = os.environ.get("PARLEY_TEST_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+# The docs' screenshots are rewritten only when asked (PARLEY_UI_SCREENSHOTS=1): an ordinary
+# test run takes them into its own temporary directory and leaves the worktree clean.
+WRITE_DOCS_IMAGES = os.environ.get("PARLEY_UI_SCREENSHOTS") == "1"
 DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
 WAIT_MS = 10_000
@@ -34,6 +37,11 @@ class Served:
 async def served(hub: Hub) -> AsyncIterator[Served]:
     async with LocalServer(create_app(hub=hub)) as server:
         yield Served(server.url, hub)
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    return DOCS_IMAGES if WRITE_DOCS_IMAGES else tmp_path / "images"
 
 
 @pytest.fixture
@@ -67,19 +75,19 @@ async def sign_in(page: Page, url: str, token: str) -> None:
     await page.wait_for_url(f"{url}/ui/")
 
 
-async def shoot(page: Page, name: str, *, dark: bool = False) -> None:
+async def shoot(page: Page, where: Path, name: str, *, dark: bool = False) -> None:
     """A screenshot for the docs, at desktop and phone widths (docs/images, committed), and
     with ``dark`` one more on the desktop in the dark colour scheme."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
     size = page.viewport_size
     await page.set_viewport_size(DESKTOP)
-    await page.screenshot(path=SCREENSHOTS / f"ui-{name}-desktop.png", full_page=False)
+    await page.screenshot(path=where / f"ui-{name}-desktop.png", full_page=False)
     await page.set_viewport_size(PHONE)
-    await page.screenshot(path=SCREENSHOTS / f"ui-{name}-phone.png", full_page=False)
+    await page.screenshot(path=where / f"ui-{name}-phone.png", full_page=False)
     if dark:
         await page.set_viewport_size(DESKTOP)
         await page.emulate_media(color_scheme="dark")
-        await page.screenshot(path=SCREENSHOTS / f"ui-{name}-dark.png", full_page=False)
+        await page.screenshot(path=where / f"ui-{name}-dark.png", full_page=False)
         await page.emulate_media(color_scheme="light")
     if size is not None:
         await page.set_viewport_size(size)

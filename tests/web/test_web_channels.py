@@ -3,6 +3,8 @@ human and see the running discussion superseded."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from playwright.async_api import BrowserContext, expect
 
 from parley.adapters.runtimes.scripted import ScriptedRuntime
@@ -18,6 +20,7 @@ from tests.web.conftest import Served, shoot, sign_in
 async def test_watch_a_discussion_live_then_supersede_it(
     served: Served,
     context: BrowserContext,
+    screenshots: Path,
     operator: Principal,
     make_agent: MakeAgent,
     runtimes: StaticRuntimes,
@@ -63,7 +66,7 @@ async def test_watch_a_discussion_live_then_supersede_it(
     await expect(first).not_to_contain_text("concluded")
     await expect(transcript.locator("li.msg.human")).to_have_count(1)
     await expect(transcript.locator("li.msg.agent")).to_have_count(4)
-    await shoot(page, "channel", dark=True)
+    await shoot(page, screenshots, "channel", dark=True)
 
     # A newer human message supersedes a running discussion.
     gate.entered.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from playwright.async_api import BrowserContext, expect
 
@@ -25,6 +26,7 @@ from tests.web.conftest import Served, shoot, sign_in
 async def test_convene_a_meeting_watch_it_and_stop_it(
     served: Served,
     context: BrowserContext,
+    screenshots: Path,
     operator: Principal,
     make_agent: MakeAgent,
     runtimes: StaticRuntimes,
@@ -66,7 +68,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await page.get_by_label("Interject as hana").fill("hana: remember the migration")
     await page.get_by_role("button", name="Interject").click()
     await expect(page.locator("#transcript")).to_contain_text("hana: remember the migration")
-    await shoot(page, "meeting")
+    await shoot(page, screenshots, "meeting")
     await page.get_by_role("button", name="Emergency stop").click()
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")
@@ -76,6 +78,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
 async def test_take_over_a_worker_and_see_the_takeover(
     served: Served,
     context: BrowserContext,
+    screenshots: Path,
     operator: Principal,
     make_agent: MakeAgent,
     runtimes: StaticRuntimes,
@@ -107,7 +110,7 @@ async def test_take_over_a_worker_and_see_the_takeover(
     await page.get_by_role("button", name="Spawn").click()
     tree = page.locator(".tree")
     await expect(tree.locator("li li")).to_have_count(1)
-    await shoot(page, "worker")
+    await shoot(page, screenshots, "worker")
     await page.get_by_role("button", name="Cancel worker").click()
     await expect(page.locator("#worker-state")).to_have_text("killed")
 

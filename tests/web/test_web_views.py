@@ -3,6 +3,8 @@ log, each live; the screenshots of the main views for the docs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from playwright.async_api import BrowserContext, expect
 
 from parley.core.identity import Principal
@@ -14,7 +16,11 @@ from tests.web.conftest import Served, shoot, sign_in
 
 
 async def test_overview_mail_and_events_update_live(
-    served: Served, context: BrowserContext, operator: Principal, make_agent: MakeAgent
+    served: Served,
+    context: BrowserContext,
+    screenshots: Path,
+    operator: Principal,
+    make_agent: MakeAgent,
 ) -> None:
     hub = served.hub
     alpha = await make_agent("alpha", runtime={"kind": "none"})
@@ -31,7 +37,7 @@ async def test_overview_mail_and_events_update_live(
     await expect(row.locator("td").nth(3)).to_have_text("0")
     await hub.mail.send(alpha.principal, SendRequest(to="beta", kind="task", subject="Q1"))
     await expect(row.locator("td").nth(3)).to_have_text("1")
-    await shoot(page, "overview")
+    await shoot(page, screenshots, "overview")
 
     # beta's inbox, live, filtered by kind; the thread view.
     await page.goto(f"{served.url}/ui/mail?owner=beta")
@@ -43,7 +49,7 @@ async def test_overview_mail_and_events_update_live(
     await page.get_by_role("button", name="Filter").click()
     await expect(inbox).to_contain_text("FYI")
     await expect(inbox).not_to_contain_text("Q1")
-    await shoot(page, "mail")
+    await shoot(page, screenshots, "mail")
     await page.get_by_role("link", name="FYI").click()
     await expect(page.get_by_role("heading", name="Thread")).to_be_visible()
     await expect(page.locator("main")).to_contain_text("alpha")
@@ -55,11 +61,11 @@ async def test_overview_mail_and_events_update_live(
     await hub.mail.send(alpha.principal, SendRequest(to="beta", kind="notice", subject="more"))
     await expect(events.locator("tbody tr")).to_have_count(3)
     await expect(events).not_to_contain_text("channel.created")
-    await shoot(page, "events")
+    await shoot(page, screenshots, "events")
 
     await page.goto(f"{served.url}/ui/channels")
     await expect(page.locator("main")).to_contain_text("design")
-    await shoot(page, "channels")
+    await shoot(page, screenshots, "channels")
 
 
 async def test_pages_work_from_the_keyboard(
