@@ -13,6 +13,7 @@ from parley.core.identity import hash_token
 from parley.core.redact import redact_text
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
+from parley.service.rooms import RoomSpec
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent
 
@@ -204,3 +205,29 @@ async def test_an_agent_cannot_read_another_agents_inbox_or_channel(
 async def test_ui_routes_stay_out_of_the_api_document(app_client: httpx.AsyncClient) -> None:
     paths = (await app_client.get("/openapi.json")).json()["paths"]
     assert not [p for p in paths if p == "/" or p.startswith("/ui")]
+
+
+async def test_bad_form_input_is_refused_with_a_code_and_nothing_is_stored(
+    app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent
+) -> None:
+    agent = await make_agent("alpha")
+    assert hub.operator_token is not None
+    csrf = await sign_in(app_client, hub.operator_token)
+    operator = await hub.identity.authenticate(hub.operator_token)
+    room = await hub.rooms.create(operator, RoomSpec(name="sync"))
+    channel = agent.principal.work_channel_id
+    for path, data, code in (
+        (f"/ui/channels/{channel}/post", {"content": "a\x00b"}, "invalid_text"),
+        (f"/ui/channels/{channel}/post", {"content": "   "}, "empty_message"),
+        (f"/ui/rooms/{room.id}/convene", {"topic": ""}, "invalid_request"),
+        (f"/ui/rooms/{room.id}/convene", {"topic": "t" * 2001}, "invalid_request"),
+        ("/ui/workers/start", {"agent_id": "alpha", "prompt": ""}, "invalid_request"),
+        ("/ui/workers/nope/takeover", {"instruction": "x"}, "worker_not_found"),
+    ):
+        r = await app_client.post(path, data={**data, "csrf": csrf}, headers=ORIGIN)
+        assert r.status_code == 303, (path, r.text)
+        shown = await app_client.get(r.headers["location"])
+        assert f"Refused ({code})" in shown.text, (path, data)
+    assert await hub.channels.messages(operator, channel) == []
+    assert await hub.meetings.of_room(operator, room.id) == []
+    assert await hub.workers.listing(operator) == []

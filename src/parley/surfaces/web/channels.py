@@ -124,14 +124,14 @@ async def post_message(request: Request, action: ActionDep, channel_id: str) -> 
 
 @router.post("/tasks/{task_id}/cancel")
 async def cancel_task(request: Request, action: ActionDep, task_id: str) -> RedirectResponse:
-    viewer, form = action
+    viewer, _ = action
     hub = hub_of(request)
-    where = f"{PREFIX}/channels/{form.get('channel_id', '')}" if form.get("channel_id") else "/ui/"
     return await attempt(
         viewer,
         lambda: hub.tasks.cancel(viewer.principal, task_id),
         "Task cancelled.",
-        where,
+        f"{PREFIX}/channels",
+        then=lambda task: f"{PREFIX}/channels/{task.channel_id}",
     )
 
 

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
-from parley.core.errors import ParleyError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
@@ -21,7 +20,7 @@ from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import live
-from parley.surfaces.web.render import attempt, back, fragment, page
+from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
 
@@ -135,14 +134,18 @@ async def convene(request: Request, action: ActionDep, room_id: str) -> Redirect
     """Convene as the signed-in principal; a human convenes as the room's human seat."""
     viewer, form = action
     hub = hub_of(request)
-    try:
-        spec = ConveneSpec(topic=form.get("topic", "").strip() or "(no topic)")
-        meeting = await hub.meetings.convene(viewer.principal, room_id, spec)
-    except ParleyError as exc:
-        viewer.session.flash.append(("error", f"Refused ({exc.code}): {exc.message}"))
-        return back(f"{PREFIX}/meetings")
-    viewer.session.flash.append(("ok", "Meeting convened."))
-    return back(f"{PREFIX}/meetings/{meeting.id}")
+
+    async def run() -> Meeting:
+        spec = ConveneSpec(topic=form.get("topic", ""))
+        return await hub.meetings.convene(viewer.principal, room_id, spec)
+
+    return await attempt(
+        viewer,
+        run,
+        "Meeting convened.",
+        f"{PREFIX}/meetings",
+        then=lambda meeting: f"{PREFIX}/meetings/{meeting.id}",
+    )
 
 
 @router.post("/meetings/{meeting_id}/post")

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
 
 from parley.core.errors import ParleyError
 from parley.surfaces.web.auth import PREFIX, Viewer
@@ -88,15 +89,30 @@ def back(path: str) -> RedirectResponse:
     return RedirectResponse(path, status_code=303)
 
 
+def _invalid(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first.get("loc", ())) or "the form"
+    return f"Refused (invalid_request): {field}: {first.get('msg', 'invalid value')}"
+
+
 async def attempt(
-    viewer: Viewer, action: Callable[[], Awaitable[object]], done: str, where: str
+    viewer: Viewer,
+    action: Callable[[], Awaitable[Any]],
+    done: str,
+    where: str,
+    *,
+    then: Callable[[Any], str] | None = None,
 ) -> RedirectResponse:
-    """Run an action through the service layer as the viewer; what it refuses is shown on the
+    """Run an action through the service layer as the viewer and go back to ``where`` (or, on
+    success, to ``then(result)``). What the service or a request model refuses is shown on the
     next page with its code and message, never swallowed."""
     try:
-        await action()
+        result = await action()
     except ParleyError as exc:
         viewer.session.flash.append(("error", f"Refused ({exc.code}): {exc.message}"))
-    else:
-        viewer.session.flash.append(("ok", done))
-    return back(where)
+        return back(where)
+    except ValidationError as exc:
+        viewer.session.flash.append(("error", _invalid(exc)))
+        return back(where)
+    viewer.session.flash.append(("ok", done))
+    return back(then(result) if then is not None else where)

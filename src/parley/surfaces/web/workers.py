@@ -9,14 +9,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
-from parley.core.errors import ParleyError
 from parley.core.events import Event
 from parley.core.identity import Principal
+from parley.core.workers import Worker
 from parley.service.hub import Hub
 from parley.service.workers import WORKERS_TOPIC, SpawnSpec, StartSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import live
-from parley.surfaces.web.render import attempt, back, fragment, page
+from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
 
@@ -79,34 +79,30 @@ async def worker_live(request: Request, viewer: ViewerDep, worker_id: str) -> Ev
 async def start(request: Request, action: ActionDep) -> RedirectResponse:
     viewer, form = action
     hub = hub_of(request)
-    try:
+
+    async def run() -> Worker:
         spec = StartSpec(agent_id=form.get("agent_id") or None, prompt=form.get("prompt", ""))
-        worker = await hub.workers.start(viewer.principal, spec)
-    except ParleyError as exc:
-        viewer.session.flash.append(("error", f"Refused ({exc.code}): {exc.message}"))
-        return back(f"{PREFIX}/workers")
-    except ValueError as exc:  # pydantic: an empty prompt, a name too long
-        viewer.session.flash.append(("error", f"Refused (invalid_request): {exc}"))
-        return back(f"{PREFIX}/workers")
-    viewer.session.flash.append(("ok", "Worker started."))
-    return back(f"{PREFIX}/workers/{worker.id}")
+        return await hub.workers.start(viewer.principal, spec)
+
+    return await attempt(
+        viewer,
+        run,
+        "Worker started.",
+        f"{PREFIX}/workers",
+        then=lambda worker: f"{PREFIX}/workers/{worker.id}",
+    )
 
 
 @router.post("/workers/{worker_id}/spawn")
 async def spawn(request: Request, action: ActionDep, worker_id: str) -> RedirectResponse:
     viewer, form = action
     hub = hub_of(request)
-    try:
+
+    async def run() -> Worker:
         spec = SpawnSpec(prompt=form.get("prompt", ""), agent_id=form.get("agent_id") or None)
-    except ValueError as exc:
-        viewer.session.flash.append(("error", f"Refused (invalid_request): {exc}"))
-        return back(f"{PREFIX}/workers/{worker_id}")
-    return await attempt(
-        viewer,
-        lambda: hub.workers.spawn(viewer.principal, worker_id, spec),
-        "Child spawned.",
-        f"{PREFIX}/workers/{worker_id}",
-    )
+        return await hub.workers.spawn(viewer.principal, worker_id, spec)
+
+    return await attempt(viewer, run, "Child spawned.", f"{PREFIX}/workers/{worker_id}")
 
 
 @router.post("/workers/{worker_id}/cancel")
