@@ -9,13 +9,18 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import hash_token
 from parley.core.redact import redact_text
+from parley.core.runtime import NO_REPLY, Turn
+from parley.service.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
 from parley.service.rooms import RoomSpec
 from parley.surfaces.rest.app import create_app
+from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
+from tests.integration.discussion_support import Gate, within
 
 BASE = "http://parley.test"
 ORIGIN = {"Origin": BASE}
@@ -231,3 +236,48 @@ async def test_bad_form_input_is_refused_with_a_code_and_nothing_is_stored(
     assert await hub.channels.messages(operator, channel) == []
     assert await hub.meetings.of_room(operator, room.id) == []
     assert await hub.workers.listing(operator) == []
+
+
+async def test_cancel_a_task_and_force_close_a_discussion_from_the_ui(
+    app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    gate = Gate()
+
+    async def held(turn: Turn) -> str:
+        await gate.wait()
+        return "never said"
+
+    runtimes.set("alpha", ScriptedRuntime(held))
+    runtimes.set("beta", ScriptedRuntime(lambda turn: NO_REPLY))
+    alpha = await make_agent("alpha", runtime={"kind": "scripted"})
+    beta = await make_agent("beta", runtime={"kind": "scripted"}, accepts_channels_from=["alpha"])
+    assert hub.operator_token is not None
+    operator = await hub.identity.authenticate(hub.operator_token)
+    group = await hub.channels.create(operator, ChannelSpec(name="g", members=["alpha", "beta"]))
+    posted = await hub.channels.post(operator, group.id, "start")
+    await within(gate.entered.wait(), "alpha's turn")
+    csrf = await sign_in(app_client, hub.operator_token)
+    r = await app_client.post(
+        f"/ui/tasks/{posted.task_id}/cancel", data={"csrf": csrf}, headers=ORIGIN
+    )
+    assert r.status_code == 303 and r.headers["location"] == f"/ui/channels/{group.id}"
+    task = await hub.tasks.get(operator, posted.task_id or "")
+    assert (task.status, task.end_reason) == ("finished", "cancelled")
+
+    gate.release.set()
+    discussion = await hub.discussions.create_private_channel(
+        alpha.principal, "d", ["beta"], alpha.principal.work_channel_id, "decide"
+    )
+    await hub.tasks.wait_idle()
+    # An agent's session is refused by the discussion service; the operator's closes it.
+    app_client.cookies.clear()
+    beta_csrf = await sign_in(app_client, beta.token)
+    path = f"/ui/channels/{discussion.id}/close"
+    r = await app_client.post(path, data={"csrf": beta_csrf, "reason": "x"}, headers=ORIGIN)
+    assert "Refused (operator_only)" in (await app_client.get(r.headers["location"])).text
+    assert (await hub.channels.get(operator, discussion.id)).status == "active"
+    app_client.cookies.clear()
+    csrf = await sign_in(app_client, hub.operator_token)
+    r = await app_client.post(path, data={"csrf": csrf, "reason": "stuck"}, headers=ORIGIN)
+    assert "Discussion closed." in (await app_client.get(r.headers["location"])).text
+    assert (await hub.channels.get(operator, discussion.id)).status == "closed"
