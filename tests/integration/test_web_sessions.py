@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
 
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import hash_token
@@ -18,6 +19,7 @@ from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
 from parley.service.rooms import RoomSpec
 from parley.surfaces.rest.app import create_app
+from parley.surfaces.web import app as web_app
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import Gate, within
@@ -281,3 +283,21 @@ async def test_cancel_a_task_and_force_close_a_discussion_from_the_ui(
     r = await app_client.post(path, data={"csrf": csrf, "reason": "stuck"}, headers=ORIGIN)
     assert "Discussion closed." in (await app_client.get(r.headers["location"])).text
     assert (await hub.channels.get(operator, discussion.id)).status == "closed"
+
+
+async def test_every_action_needs_the_csrf_token(app_client: httpx.AsyncClient, hub: Hub) -> None:
+    """Walks every state-changing route of the UI: without the session's CSRF token each is
+    refused before it reaches a service (sign-in, which has no session yet, checks the origin)."""
+    assert hub.operator_token is not None
+    await sign_in(app_client, hub.operator_token)
+    actions = [
+        route.path
+        for area in web_app.AREAS
+        for route in area.router.routes
+        if isinstance(route, APIRoute) and "POST" in route.methods and route.path != "/signin"
+    ]
+    assert len(actions) >= 10
+    for path in actions:
+        concrete = re.sub(r"\{[a-z_]+\}", "x", path)
+        r = await app_client.post(f"/ui{concrete}", data={"content": "x"}, headers=ORIGIN)
+        assert r.status_code == 403 and "CSRF" in r.text, path

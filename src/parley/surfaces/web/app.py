@@ -18,6 +18,9 @@ from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
 from parley.surfaces.web.render import HERE, templates
 from parley.surfaces.web.sessions import WebSessions
 
+AREAS = (signin, pages, channels, meetings, workers)
+"""The UI's modules, each with a ``router`` mounted under ``/ui``."""
+
 
 async def _sign_in_required(request: Request, exc: Exception) -> RedirectResponse | HTMLResponse:
     if request.headers.get("accept", "").startswith("text/event-stream"):
@@ -54,7 +57,7 @@ def mount(app: FastAPI, sessions: WebSessions | None = None) -> WebSessions:
     web_sessions = sessions or WebSessions()
     app.state.web_sessions = web_sessions
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    for module in (signin, pages, channels, meetings, workers):
+    for module in AREAS:
         app.include_router(module.router, prefix=PREFIX, include_in_schema=False)
     app.add_api_route(
         "/",
