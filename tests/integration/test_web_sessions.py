@@ -56,6 +56,11 @@ async def test_root_redirects_to_the_ui_and_pages_need_a_session(
     assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
     r = await app_client.get("/ui/signin")
     assert r.status_code == 200 and 'name="token"' in r.text
+    # No other site may frame the UI, run scripts in it or cache what it shows.
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["cache-control"] == "no-store"
 
 
 async def test_a_wrong_token_is_refused_with_its_code(app_client: httpx.AsyncClient) -> None:

@@ -62,10 +62,21 @@ async def browser() -> AsyncIterator[Browser]:
 async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
     ctx = await browser.new_context(viewport=DESKTOP)
     ctx.set_default_timeout(WAIT_MS)
+    # Whatever the page does must stay within the UI's Content-Security-Policy.
+    violations: list[str] = []
+
+    def watch(page: Page) -> None:
+        page.on(
+            "console",
+            lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+
+    ctx.on("page", watch)
     try:
         yield ctx
     finally:
         await ctx.close()
+    assert violations == []
 
 
 async def sign_in(page: Page, url: str, token: str) -> None:

@@ -15,7 +15,7 @@ from parley.core.errors import ParleyError
 from parley.surfaces.rest import errors
 from parley.surfaces.web import channels, meetings, pages, signin, workers
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
-from parley.surfaces.web.render import HERE, templates
+from parley.surfaces.web.render import HERE, html
 from parley.surfaces.web.sessions import WebSessions
 
 AREAS = (signin, pages, channels, meetings, workers)
@@ -31,9 +31,7 @@ async def _sign_in_required(request: Request, exc: Exception) -> RedirectRespons
 
 async def _action_refused(request: Request, exc: Exception) -> HTMLResponse:
     assert isinstance(exc, ActionRefused)
-    return templates.TemplateResponse(
-        request, "refused.html", {"message": exc.message}, status_code=403
-    )
+    return html(request, "refused.html", {"message": exc.message}, 403)
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
@@ -42,12 +40,8 @@ async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ParleyError)
     if not request.url.path.startswith(PREFIX + "/"):
         return await errors.parley_error(request, exc)
-    return templates.TemplateResponse(
-        request,
-        "refused.html",
-        {"message": f"Refused ({exc.code}): {exc.message}"},
-        status_code=errors.status_for(exc),
-    )
+    message = f"Refused ({exc.code}): {exc.message}"
+    return html(request, "refused.html", {"message": message}, errors.status_for(exc))
 
 
 def mount(app: FastAPI, sessions: WebSessions | None = None) -> WebSessions:

@@ -65,17 +65,42 @@ templates.env.globals["end_words"] = end_words
 templates.env.globals["prefix"] = PREFIX
 
 
+SECURITY_HEADERS = {
+    # Scripts, styles and connections from the hub alone (htmx is vendored; no inline script),
+    # forms post only to it, and no other site may frame a page (clickjacking).
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # A Referer only to the hub itself (the origin check's fallback), never a /ui URL to others.
+    "Referrer-Policy": "same-origin",
+    # Pages hold what one principal may see: no cache keeps them for the next user.
+    "Cache-Control": "no-store",
+}
+
+
+def html(
+    request: Request, name: str, context: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
+    """A template rendered with the UI's security headers."""
+    return templates.TemplateResponse(
+        request, name, context, status_code=status_code, headers=SECURITY_HEADERS
+    )
+
+
 def page(
     request: Request, viewer: Viewer, name: str, status_code: int = 200, **context: Any
 ) -> HTMLResponse:
     """A full page for the viewer; the flash messages of its session are shown once."""
     flash = list(viewer.session.flash)
     viewer.session.flash.clear()
-    return templates.TemplateResponse(
+    return html(
         request,
         name,
         {"viewer": viewer.principal, "csrf": viewer.session.csrf, "flash": flash, **context},
-        status_code=status_code,
+        status_code,
     )
 
 

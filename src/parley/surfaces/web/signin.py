@@ -18,15 +18,13 @@ from parley.surfaces.web.auth import (
     sessions_of,
     set_session_cookie,
 )
-from parley.surfaces.web.render import templates
+from parley.surfaces.web.render import html
 
 router = APIRouter()
 
 
 def _form(request: Request, error: str | None = None, status_code: int = 200) -> HTMLResponse:
-    return templates.TemplateResponse(
-        request, "signin.html", {"error": error}, status_code=status_code
-    )
+    return html(request, "signin.html", {"error": error}, status_code)
 
 
 @router.get("/signin", response_class=HTMLResponse)
