@@ -155,14 +155,14 @@ GET /ui/channels
 GET /ui/channels/{channel_id}
 GET /ui/channels/{channel_id}/live
 GET /ui/events
-GET /ui/live/events
-GET /ui/live/mail
-GET /ui/live/overview
+GET /ui/events/live
 GET /ui/mail
+GET /ui/mail/live
 GET /ui/mail/thread/{message_id}
 GET /ui/meetings
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
+GET /ui/overview/live
 GET /ui/signin
 GET /ui/signin/link
 GET /ui/tasks/{task_id}/trace

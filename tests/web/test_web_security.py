@@ -66,7 +66,7 @@ async def test_a_rotated_token_ends_the_session_and_its_live_stream(
     human = await hub.identity.create_human(operator, HumanSpec(id="hana"))
     page = await context.new_page()
     # Signed in once the overview's live stream has answered.
-    async with page.expect_response(lambda r: "/ui/live/overview" in r.url):
+    async with page.expect_response(lambda r: "/ui/overview/live" in r.url):
         await sign_in(page, served.url, human.token)
     await hub.identity.issue_token(operator, "hana", rotate=True)
     # The open stream tells the page at once; the next request finds the session gone.

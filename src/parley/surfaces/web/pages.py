@@ -88,7 +88,7 @@ async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
     return page(request, viewer, "overview.html", **data)
 
 
-@router.get("/live/overview")
+@router.get("/overview/live")
 async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
     """The overview's panels again after anything happens in the hub, rendered as the viewer."""
     hub = hub_of(request)
@@ -149,7 +149,7 @@ async def inbox(
     )
 
 
-@router.get("/live/mail")
+@router.get("/mail/live")
 async def inbox_live(
     request: Request,
     viewer: ViewerDep,
@@ -225,7 +225,7 @@ async def event_log(
     return _events_page(request, viewer, rows, None, filters)
 
 
-@router.get("/live/events")
+@router.get("/events/live")
 async def event_log_live(
     request: Request, viewer: ViewerDep, type: str = "", subject: str = "", actor: str = ""
 ) -> EventSourceResponse:
