@@ -231,8 +231,9 @@ async def test_bad_form_input_is_refused_with_a_code_and_nothing_is_stored(
     for path, data, code in (
         (f"/ui/channels/{channel}/post", {"content": "a\x00b"}, "invalid_text"),
         (f"/ui/channels/{channel}/post", {"content": "   "}, "empty_message"),
-        (f"/ui/rooms/{room.id}/convene", {"topic": ""}, "invalid_request"),
-        (f"/ui/rooms/{room.id}/convene", {"topic": "t" * 2001}, "invalid_request"),
+        ("/ui/meetings/convene", {"room_id": room.id, "topic": ""}, "invalid_request"),
+        ("/ui/meetings/convene", {"room_id": room.id, "topic": "t" * 2001}, "invalid_request"),
+        ("/ui/meetings/convene", {"room_id": "nope", "topic": "t"}, "room_not_found"),
         ("/ui/workers/start", {"agent_id": "alpha", "prompt": ""}, "invalid_request"),
         ("/ui/workers/nope/takeover", {"instruction": "x"}, "worker_not_found"),
     ):

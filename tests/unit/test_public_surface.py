@@ -152,6 +152,7 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
 UI_ROUTES = """
 GET /ui/
 GET /ui/channels
+GET /ui/channels/live
 GET /ui/channels/{channel_id}
 GET /ui/channels/{channel_id}/live
 GET /ui/events
@@ -160,6 +161,7 @@ GET /ui/mail
 GET /ui/mail/live
 GET /ui/mail/thread/{message_id}
 GET /ui/meetings
+GET /ui/meetings/live
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
 GET /ui/overview/live
@@ -167,13 +169,14 @@ GET /ui/signin
 GET /ui/signin/link
 GET /ui/tasks/{task_id}/trace
 GET /ui/workers
+GET /ui/workers/live
 GET /ui/workers/{worker_id}
 GET /ui/workers/{worker_id}/live
 POST /ui/channels/{channel_id}/close
 POST /ui/channels/{channel_id}/post
+POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
-POST /ui/rooms/{room_id}/convene
 POST /ui/signin
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel

@@ -43,8 +43,9 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     # decisions show (here the fallback: a human convener has no model), then each member's
     # own minutes.
     await page.get_by_role("link", name="Meetings").click()
+    await page.get_by_label("Room").select_option(label="sync")
     await page.get_by_label("Topic").fill("Release plan")
-    await page.get_by_role("button", name="Convene in sync").click()
+    await page.get_by_role("button", name="Convene").click()
     await expect(page.get_by_role("heading", name="Release plan")).to_be_visible()
     transcript = page.locator("#transcript")
     await expect(transcript).to_contain_text("ada: ship the queue behind a flag")
@@ -60,7 +61,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     team["bob"].speech_started.clear()
     await page.get_by_role("link", name="Meetings").click()
     await page.get_by_label("Topic").fill("Hotfix")
-    await page.get_by_role("button", name="Convene in sync").click()
+    await page.get_by_role("button", name="Convene").click()
     await expect(page.get_by_role("heading", name="Hotfix")).to_be_visible()
     await within(team["bob"].speech_started.wait(), "bob's speech")
     await expect(page.locator("#meeting-state")).to_have_attribute("data-status", "running")
@@ -69,7 +70,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await page.get_by_role("button", name="Interject").click()
     await expect(page.locator("#transcript")).to_contain_text("hana: remember the migration")
     await shoot(page, screenshots, "meeting")
-    await page.get_by_role("button", name="Emergency stop").click()
+    await page.get_by_role("button", name="Emergency stop").click()  # on the meeting's page
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")
     await expect(page.locator("#transcript")).to_contain_text("[Meeting stopped]")

@@ -63,8 +63,11 @@ async def test_overview_mail_and_events_update_live(
     await expect(events).not_to_contain_text("channel.created")
     await shoot(page, screenshots, "events")
 
-    await page.goto(f"{served.url}/ui/channels")
-    await expect(page.locator("main")).to_contain_text("design")
+    async with page.expect_response(lambda r: "/ui/channels/live" in r.url):
+        await page.goto(f"{served.url}/ui/channels")
+    await expect(page.locator("#channels")).to_contain_text("design")
+    await hub.channels.create(operator, ChannelSpec(name="retro", members=["alpha"]))
+    await expect(page.locator("#channels")).to_contain_text("retro")
     await shoot(page, screenshots, "channels")
 
 

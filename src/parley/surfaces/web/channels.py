@@ -14,7 +14,7 @@ from parley.core.identity import Principal
 from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live
+from parley.surfaces.web.live import live, panel
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -33,6 +33,24 @@ async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> list[Task]:
 async def channel_list(request: Request, viewer: ViewerDep) -> HTMLResponse:
     channels = await hub_of(request).channels.visible(viewer.principal)
     return page(request, viewer, "channels.html", channels=channels)
+
+
+@router.get("/channels/live")
+async def channel_list_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The channel list again when a channel is created, changed or gets a message."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        channels = await hub.channels.visible(viewer.principal)
+        return fragment("_channels.html", channels=channels)
+
+    return panel(request, viewer, ["hub"], "channels", render, relevant=_about_channels)
+
+
+def _about_channels(item: dict[str, Any]) -> bool:
+    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
+        ("channel.", "discussion.")
+    )
 
 
 @router.get("/channels/{channel_id}", response_class=HTMLResponse)

@@ -65,3 +65,24 @@ def live(
             await sub.close()
 
     return EventSourceResponse(events(), ping=ping_s)
+
+
+def panel(
+    request: Request,
+    viewer: Viewer,
+    topics: Iterable[str],
+    event: str,
+    render: Callable[[], Awaitable[str]],
+    *,
+    relevant: Callable[[dict[str, Any]], bool] | None = None,
+) -> EventSourceResponse:
+    """A panel sent again (event ``event``) on connecting — the page was rendered before the
+    stream subscribed, and what changed in between must not be lost — and after each batch
+    holding a ``relevant`` item (every item when None)."""
+
+    async def on_batch(batch: list[dict[str, Any]] | None) -> list[SseEvent]:
+        if batch is not None and relevant is not None and not any(map(relevant, batch)):
+            return []
+        return [{"event": event, "data": await render()}]
+
+    return live(request, viewer, topics, on_batch)

@@ -19,7 +19,7 @@ from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live
+from parley.surfaces.web.live import live, panel
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -61,6 +61,24 @@ async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any
 async def meeting_rooms(request: Request, viewer: ViewerDep) -> HTMLResponse:
     rooms = await _rooms(hub_of(request), viewer.principal)
     return page(request, viewer, "rooms.html", rooms=rooms)
+
+
+@router.get("/meetings/live")
+async def meeting_rooms_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The rooms again when a room, a member or a meeting changes."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        rooms = await _rooms(hub, viewer.principal)
+        return fragment("_rooms.html", rooms=rooms)
+
+    return panel(request, viewer, ["hub"], "rooms", render, relevant=_about_rooms)
+
+
+def _about_rooms(item: dict[str, Any]) -> bool:
+    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
+        ("room.", "meeting.")
+    )
 
 
 @router.get("/meetings/{meeting_id}", response_class=HTMLResponse)
@@ -129,15 +147,16 @@ async def meeting_live(
     return live(request, viewer, [channel_topic(meeting.channel_id), "hub"], render)
 
 
-@router.post("/rooms/{room_id}/convene")
-async def convene(request: Request, action: ActionDep, room_id: str) -> RedirectResponse:
-    """Convene as the signed-in principal; a human convenes as the room's human seat."""
+@router.post("/meetings/convene")
+async def convene(request: Request, action: ActionDep) -> RedirectResponse:
+    """Convene in the room the form names, as the signed-in principal; a human convenes as the
+    room's human seat."""
     viewer, form = action
     hub = hub_of(request)
 
     async def run() -> Meeting:
         spec = ConveneSpec(topic=form.get("topic", ""))
-        return await hub.meetings.convene(viewer.principal, room_id, spec)
+        return await hub.meetings.convene(viewer.principal, form.get("room_id", ""), spec)
 
     return await attempt(
         viewer,

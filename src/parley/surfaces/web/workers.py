@@ -15,7 +15,7 @@ from parley.core.workers import Worker
 from parley.service.hub import Hub
 from parley.service.workers import WORKERS_TOPIC, SpawnSpec, StartSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live
+from parley.surfaces.web.live import live, panel
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -47,6 +47,18 @@ async def worker_list(request: Request, viewer: ViewerDep) -> HTMLResponse:
         [a.id for a in await hub.identity.list("agent")] if viewer.principal.is_operator else []
     )
     return page(request, viewer, "workers.html", workers=workers, agents=agents)
+
+
+@router.get("/workers/live")
+async def worker_list_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The worker table again whenever a worker changes."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        workers = await hub.workers.listing(viewer.principal)
+        return fragment("_workers.html", workers=workers)
+
+    return panel(request, viewer, [WORKERS_TOPIC], "workers", render)
 
 
 @router.get("/workers/{worker_id}", response_class=HTMLResponse)
