@@ -17,7 +17,7 @@ from parley.service.hub import Hub
 from parley.service.identity import require_operator
 from parley.service.mail import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
-from parley.surfaces.web.live import live
+from parley.surfaces.web.live import live, panel
 from parley.surfaces.web.render import fragment, page
 
 router = APIRouter()
@@ -88,17 +88,24 @@ async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
     return page(request, viewer, "overview.html", **data)
 
 
+OVERVIEW_EVENTS = ("mail.", "task.", "meeting.", "room.", "worker.", "agent.created", "human.")
+"""Events that change what the overview shows; a message in a channel does not."""
+
+
 @router.get("/overview/live")
 async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
-    """The overview's panels again after anything happens in the hub, rendered as the viewer."""
+    """The overview's panels again after something they show changed, rendered as the
+    viewer."""
     hub = hub_of(request)
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        # Also on connecting (batch None): the page was rendered before the stream subscribed.
-        data = await _overview(hub, viewer.principal)
-        return [{"event": "overview", "data": fragment("_overview.html", **data)}]
+    async def render() -> str:
+        return fragment("_overview.html", **await _overview(hub, viewer.principal))
 
-    return live(request, viewer, ["hub"], render)
+    def relevant(item: dict[str, Any]) -> bool:
+        kind = item.get("event", {}).get("type", "") if item.get("type") == "event" else ""
+        return str(kind).startswith(OVERVIEW_EVENTS)
+
+    return panel(request, viewer, ["hub"], "overview", render, relevant=relevant)
 
 
 # -- mail ------------------------------------------------------------------------------------------
