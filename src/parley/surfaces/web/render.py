@@ -134,10 +134,10 @@ async def attempt(
     try:
         result = await action()
     except ParleyError as exc:
-        viewer.session.flash.append(("error", f"Refused ({exc.code}): {exc.message}"))
+        viewer.session.say("error", f"Refused ({exc.code}): {exc.message}")
         return back(where)
     except ValidationError as exc:
-        viewer.session.flash.append(("error", _invalid(exc)))
+        viewer.session.say("error", _invalid(exc))
         return back(where)
-    viewer.session.flash.append(("ok", done))
+    viewer.session.say("ok", done)
     return back(then(result) if then is not None else where)

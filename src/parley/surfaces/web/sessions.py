@@ -27,6 +27,7 @@ SESSION_MAX_S = 24 * 3600.0
 CODE_TTL_S = 300.0
 MAX_SESSIONS = 10_000
 MAX_CODES = 100
+MAX_FLASH = 5
 
 
 def _digest(secret: str) -> str:
@@ -44,6 +45,12 @@ class WebSession:
     last_seen: float
     # Messages for the next page: ("ok" | "error", text).
     flash: list[tuple[str, str]] = field(default_factory=list)
+
+    def say(self, level: str, text: str) -> None:
+        """A message for the next page; only the latest few are kept (no page may be viewed
+        between many actions)."""
+        self.flash.append((level, text))
+        del self.flash[:-MAX_FLASH]
 
     def csrf_matches(self, sent: str | None) -> bool:
         return sent is not None and hmac.compare_digest(sent.encode(), self.csrf.encode())
