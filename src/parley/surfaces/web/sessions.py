@@ -105,7 +105,7 @@ class WebSessions:
         if session is None:
             return None
         now = self._clock()
-        if now - session.last_seen > self._idle_s or now - session.created > self._max_s:
+        if now - session.last_seen >= self._idle_s or now - session.created >= self._max_s:
             del self._sessions[key]
             return None
         session.last_seen = now
