@@ -103,6 +103,7 @@ async def test_take_over_a_worker_and_see_the_takeover(
     await page.get_by_role("button", name="Take over").click()
     await expect(page.locator("#takeovers")).to_contain_text("system.takeover_initiated")
     await expect(page.locator("#takeovers")).to_contain_text("system.takeover_consumed")
+    await expect(page.locator("#takeovers .instruction")).to_contain_text("Keep the old API.")
     await expect(page.locator("#worker-state")).to_have_text("idle")
     assert coder.cancelled == ["refactor the parser"]
     assert "Keep the old API." in coder.turns[-1].prompt.render()

@@ -3,12 +3,14 @@ status colours, and spawn, cancel and takeover with an instruction, with the tak
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core.errors import ParleyError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.workers import Worker
@@ -36,7 +38,14 @@ async def _detail(hub: Hub, viewer: Principal, worker_id: str) -> dict[str, Any]
             order_by=[e.id],
             limit=100,
         )
-    return {"worker": worker, "tree": tree, "takeovers": takeovers}
+    instructions: dict[str, str] = {}
+    for event in takeovers:
+        message_id = event.payload.get("message_id")
+        if event.type == "system.takeover_initiated" and message_id:
+            # The instruction is the takeover mail's; the mail service decides who reads it.
+            with contextlib.suppress(ParleyError):
+                instructions[event.id] = (await hub.mail.get(viewer, message_id)).body
+    return {"worker": worker, "tree": tree, "takeovers": takeovers, "instructions": instructions}
 
 
 @router.get("/workers", response_class=HTMLResponse)
