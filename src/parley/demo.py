@@ -31,14 +31,17 @@ from rich.table import Table
 
 from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings, resolve_home, write_hub_info, write_operator_token
+from parley.core.identity import hash_token
 from parley.core.runtime import DONE_MARKER, Turn
 from parley.demo_meeting import MeetingScene, MeetingScript, ScriptedVoice
 from parley.demo_workers import WorkersScene, WorkersScript, WorkerVoice
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.rest.app import create_app
+from parley.surfaces.web.sessions import WebSessions
 from parley.testing import StaticRuntimes
 
 console = Console(highlight=False)
+SIGN_IN_LINK_TTL_S = 600.0
 
 AGENTS = {
     "planner": "Planner — designs the job queue and owns the task",
@@ -497,7 +500,7 @@ def _print_message(data: dict[str, Any]) -> None:
 @contextlib.asynccontextmanager
 async def _serving(
     settings: Settings, port: int, script: MeetingScript, workers: WorkersScript
-) -> AsyncIterator[tuple[str, Any]]:
+) -> AsyncIterator[tuple[str, Any, WebSessions]]:
     runtimes = StaticRuntimes(fallback=default_runtimes())
     hub = build_hub(settings, runtimes=runtimes)
     await hub.start()
@@ -507,16 +510,15 @@ async def _serving(
         for agent in AGENTS:
             voice = ScriptedVoice(agent, script, _scripted_reply)
             runtimes.set(agent, WorkerVoice(agent, workers, voice))
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(hub=hub), host="127.0.0.1", port=port, log_level="warning")
-    )
+    app = create_app(hub=hub)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serve_task = asyncio.create_task(server.serve())
     try:
         while not server.started:
             if serve_task.done():
                 serve_task.result()
             await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}", hub
+        yield f"http://127.0.0.1:{port}", hub, app.state.web_sessions
     finally:
         server.should_exit = True
         await serve_task
@@ -529,7 +531,7 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
     home.mkdir(parents=True)
     settings = Settings(home=home)
     script, workers = MeetingScript(), WorkersScript()
-    async with _serving(settings, _free_port(port), script, workers) as (url, hub):
+    async with _serving(settings, _free_port(port), script, workers) as (url, hub, web):
         write_hub_info(home, url)
         token = hub.operator_token
         assert token is not None
@@ -554,6 +556,14 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
         console.rule("[bold green]demo complete")
         if exit_after:
             return
+        # A one-time code, never the token, in the link: it signs one browser in, once.
+        code = web.issue_code(hash_token(token), ttl_s=SIGN_IN_LINK_TTL_S)
+        console.print(
+            f"Web UI: {url}/ui/\n"
+            f"Sign in as the operator (this link works once, for "
+            f"{SIGN_IN_LINK_TTL_S // 60:.0f} minutes): {url}/ui/signin/link?key={code}",
+            soft_wrap=True,  # a link broken over two lines does not open
+        )
         console.print(
             f"The hub keeps running at {url} with the demo's data. Try:\n"
             f"  .venv/bin/parley --home {home} agent list\n"

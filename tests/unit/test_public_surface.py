@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastapi.routing import APIRoute
+
 import parley
 from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.surfaces.mcp import PROFILES
 from parley.surfaces.rest.app import create_app
+from parley.surfaces.web import app as web_app
 
 ROUTES = """
 GET /healthz
@@ -145,6 +148,56 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
     routes = {f"{method.upper()} {path}" for path, ops in spec["paths"].items() for method in ops}
     assert routes == set(ROUTES.split("\n")) - {""}
     assert "/mcp" not in spec["paths"]  # MCP is mounted, not a REST route
+
+
+UI_ROUTES = """
+GET /ui/
+GET /ui/channels
+GET /ui/channels/live
+GET /ui/channels/{channel_id}
+GET /ui/channels/{channel_id}/live
+GET /ui/events
+GET /ui/events/live
+GET /ui/mail
+GET /ui/mail/live
+GET /ui/mail/thread/{message_id}
+GET /ui/meetings
+GET /ui/meetings/live
+GET /ui/meetings/{meeting_id}
+GET /ui/meetings/{meeting_id}/live
+GET /ui/overview/live
+GET /ui/signin
+GET /ui/signin/link
+GET /ui/tasks/{task_id}/trace
+GET /ui/workers
+GET /ui/workers/live
+GET /ui/workers/{worker_id}
+GET /ui/workers/{worker_id}/live
+POST /ui/channels/{channel_id}/close
+POST /ui/channels/{channel_id}/post
+POST /ui/meetings/convene
+POST /ui/meetings/stop
+POST /ui/meetings/{meeting_id}/post
+POST /ui/signin
+POST /ui/signout
+POST /ui/tasks/{task_id}/cancel
+POST /ui/workers/start
+POST /ui/workers/{worker_id}/cancel
+POST /ui/workers/{worker_id}/spawn
+POST /ui/workers/{worker_id}/takeover
+"""
+
+
+def test_web_ui_routes_are_pinned() -> None:
+    """The web UI's pages and actions (S5); they stay out of the OpenAPI document."""
+    routes = {
+        f"{method} /ui{route.path}"
+        for area in web_app.AREAS
+        for route in area.router.routes
+        if isinstance(route, APIRoute)
+        for method in route.methods
+    }
+    assert routes == set(UI_ROUTES.split("\n")) - {""}
 
 
 def test_mcp_tool_profiles_are_pinned() -> None:

@@ -122,7 +122,11 @@ class Identity:
                 "issues one with 'parley token issue <agent>')",
                 code="missing_token",
             )
-        digest = hash_token(token)
+        return await self.authenticate_digest(hash_token(token))
+
+    async def authenticate_digest(self, digest: str) -> Principal:
+        """The principal whose token has this digest: how a web session, which keeps only the
+        digest of the token it was signed in with, finds out whether that token still holds."""
         pid = self._tokens.get(digest)
         if pid is not None and pid in self._principals:
             return self._principals[pid]

@@ -32,6 +32,7 @@ from parley.surfaces.rest.routers import (
     turns,
     workers,
 )
+from parley.surfaces.web.app import mount as mount_web_ui
 
 DESCRIPTION = """\
 parley is a coordination hub for long-running AI agent sessions: durable mailboxes, channels and
@@ -95,6 +96,8 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         bridge,
     ):
         app.include_router(module.router)
+    # The web UI at /ui (S5), outside the OpenAPI document; its pages call the same services.
+    mount_web_ui(app)
     # Around every route, /mcp included: authenticate before any body byte is read, bound the
     # body, and end a request whose token is revoked while it is open.
     app.add_middleware(RequestGuard, hub=the_hub)

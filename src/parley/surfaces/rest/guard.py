@@ -44,6 +44,20 @@ PUBLIC_PATHS = frozenset(
 )
 """The paths anyone may reach: health checks and the API's own documentation."""
 
+WEB_PREFIX = "/ui"
+"""The web UI's pages, which sign in with a session cookie of their own (surfaces/web)."""
+
+
+def is_public(path: str) -> bool:
+    """Whether the guard lets a request through without a bearer token: the public paths, the
+    root (a redirect to the UI) and the UI, whose routes authenticate their session cookie."""
+    return (
+        path in PUBLIC_PATHS
+        or path == "/"
+        or path == WEB_PREFIX
+        or path.startswith(WEB_PREFIX + "/")
+    )
+
 
 class BodyRefused(Exception):
     """Raised into the app from ``receive`` once the guard has refused the rest of a body."""
@@ -200,7 +214,7 @@ class RequestGuard:
         principal: Principal | None = None
         token: str | None = None
         stream = self._is_stream(scope)
-        if scope["path"] not in PUBLIC_PATHS:
+        if not is_public(scope["path"]):
             token = bearer_token(headers)
             if token is None and stream:
                 # Browsers' EventSource cannot set headers: the event streams alone take ?token=.

@@ -1,0 +1,167 @@
+"""Channels: the list, a live transcript with its task panel and invocation trace (C13), and
+the actions on them — post as a human, cancel a task, force-close a discussion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from sse_starlette.sse import EventSourceResponse
+
+from parley.core.channels import Task
+from parley.core.identity import Principal
+from parley.service.channels import channel_topic
+from parley.service.hub import Hub
+from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
+from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.render import attempt, fragment, page
+
+router = APIRouter()
+
+BACKLOG = 200
+TASKS_SHOWN = 5
+
+
+async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> list[Task]:
+    """The newest tasks first, each with its snapshot, round x/y and end reason."""
+    tasks = await hub.tasks.of_channel(viewer, channel_id)
+    return list(reversed(tasks[-TASKS_SHOWN:]))
+
+
+@router.get("/channels", response_class=HTMLResponse)
+async def channel_list(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    channels = await hub_of(request).channels.visible(viewer.principal)
+    return page(request, viewer, "channels.html", channels=channels)
+
+
+@router.get("/channels/live")
+async def channel_list_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The channel list again when a channel is created, changed or gets a message."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        channels = await hub.channels.visible(viewer.principal)
+        return fragment("_channels.html", channels=channels)
+
+    return panel(request, viewer, ["hub"], "channels", render, relevant=_about_channels)
+
+
+def _about_channels(item: dict[str, Any]) -> bool:
+    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
+        ("channel.", "discussion.")
+    )
+
+
+@router.get("/channels/{channel_id}", response_class=HTMLResponse)
+async def channel_view(request: Request, viewer: ViewerDep, channel_id: str) -> HTMLResponse:
+    hub = hub_of(request)
+    channel = await hub.channels.get(viewer.principal, channel_id)
+    messages = await hub.channels.messages(viewer.principal, channel_id, latest=BACKLOG)
+    return page(
+        request,
+        viewer,
+        "channel.html",
+        channel=channel,
+        messages=messages,
+        after=messages[-1].seq if messages else 0,
+        tasks=await _tasks(hub, viewer.principal, channel_id),
+    )
+
+
+@router.get("/channels/{channel_id}/live")
+async def channel_live(
+    request: Request, viewer: ViewerDep, channel_id: str, after: int = 0
+) -> EventSourceResponse:
+    """Messages after ``after`` (the page's last), then each new one as it is appended, and the
+    task panel again whenever a task changes. A browser that reconnects sends Last-Event-ID (the
+    last message's seq) and gets what it missed."""
+    hub = hub_of(request)
+    await hub.channels.get(viewer.principal, channel_id)
+    resumed = request.headers.get("last-event-id", "")
+    position = {"seq": int(resumed) if resumed.isdigit() and len(resumed) < 12 else after}
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        events: list[dict[str, str]] = []
+        if batch is None:
+            rows = await hub.channels.messages(
+                viewer.principal, channel_id, after_seq=position["seq"], limit=BACKLOG
+            )
+            messages = [m.model_dump(mode="json") for m in rows]
+            task_changed = True
+        else:
+            messages = [d["message"] for d in batch if d.get("type") == "message"]
+            task_changed = any(d.get("type") == "task" for d in batch)
+        for message in messages:
+            if message["seq"] <= position["seq"]:
+                continue  # already on the page
+            position["seq"] = message["seq"]
+            events.append(
+                {
+                    "id": str(message["seq"]),
+                    "event": "message",
+                    "data": fragment("_message.html", m=message),
+                }
+            )
+        if task_changed:
+            tasks = await _tasks(hub, viewer.principal, channel_id)
+            events.append(
+                {
+                    "event": "tasks",
+                    "data": fragment("_tasks.html", tasks=tasks, csrf=viewer.session.csrf),
+                }
+            )
+        return events
+
+    return live(request, viewer, [channel_topic(channel_id)], render)
+
+
+@router.get("/tasks/{task_id}/trace", response_class=HTMLResponse)
+async def task_trace(request: Request, viewer: ViewerDep, task_id: str) -> HTMLResponse:
+    """The invocation trace of a task (C13): every runtime call with its outcome and reason."""
+    hub = hub_of(request)
+    task = await hub.tasks.get(viewer.principal, task_id)
+    invocations = await hub.tasks.invocations(viewer.principal, task_id)
+    return page(request, viewer, "trace.html", task=task, invocations=invocations)
+
+
+@router.post("/channels/{channel_id}/post")
+async def post_message(request: Request, action: ActionDep, channel_id: str) -> RedirectResponse:
+    """Post as the signed-in principal; in a group or discussion it supersedes the running
+    task (C10)."""
+    viewer, form = action
+    hub = hub_of(request)
+    content = form.get("content", "")
+    return await attempt(
+        viewer,
+        lambda: hub.channels.post(viewer.principal, channel_id, content),
+        "Posted.",
+        f"{PREFIX}/channels/{channel_id}",
+    )
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel_task(request: Request, action: ActionDep, task_id: str) -> RedirectResponse:
+    viewer, _ = action
+    hub = hub_of(request)
+    return await attempt(
+        viewer,
+        lambda: hub.tasks.cancel(viewer.principal, task_id),
+        "Task cancelled.",
+        f"{PREFIX}/channels",
+        then=lambda task: f"{PREFIX}/channels/{task.channel_id}",
+    )
+
+
+@router.post("/channels/{channel_id}/close")
+async def force_close(request: Request, action: ActionDep, channel_id: str) -> RedirectResponse:
+    """C15: the operator closes a discussion that will not finish; the service refuses anyone
+    else (``operator_only``)."""
+    viewer, form = action
+    hub = hub_of(request)
+    return await attempt(
+        viewer,
+        lambda: hub.discussions.force_close(viewer.principal, channel_id, form.get("reason", "")),
+        "Discussion closed.",
+        f"{PREFIX}/channels/{channel_id}",
+    )

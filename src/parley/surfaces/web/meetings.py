@@ -1,0 +1,194 @@
+"""Meeting rooms: the rooms with their members, convene, emergency stop, and a meeting's live
+view (seed 002 §5): topic, round x/y, present / awaiting entry / absent, the growing transcript,
+the moderator's decisions and fallbacks, a human's interjection, and each member's minutes once
+the meeting has adjourned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from sse_starlette.sse import EventSourceResponse
+
+from parley.core.events import Event
+from parley.core.identity import Principal
+from parley.core.meetings import roll_call
+from parley.core.rooms import Meeting
+from parley.service.channels import channel_topic
+from parley.service.hub import Hub
+from parley.service.meetings import ConveneSpec
+from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
+from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.render import attempt, fragment, page
+
+router = APIRouter()
+
+BACKLOG = 200
+DECISIONS = ("meeting.moderator", "meeting.moderator_fallback")
+
+
+async def _rooms(hub: Hub, viewer: Principal) -> list[dict[str, Any]]:
+    rooms = []
+    for room in await hub.rooms.visible(viewer):
+        status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
+        rooms.append({"room": room, "members": status.members, "meeting": status.meeting})
+    return rooms
+
+
+async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any]:
+    """What the state panel shows; the caller has passed the meeting service's visibility
+    check for ``meeting``."""
+    async with hub.store.read() as tx:
+        e = tx.table("events").c
+        decisions: list[Event] = await tx.select(
+            "events",
+            e.subject == f"meeting:{meeting.id}",
+            e.type.in_(DECISIONS),
+            order_by=[e.id],
+            limit=200,
+        )
+    minutes = await hub.meetings.minutes(viewer, meeting.id) if meeting.status != "running" else []
+    return {
+        "meeting": meeting,
+        "roll": roll_call(meeting),
+        "decisions": decisions,
+        "minutes": minutes,
+    }
+
+
+@router.get("/meetings", response_class=HTMLResponse)
+async def meeting_rooms(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    rooms = await _rooms(hub_of(request), viewer.principal)
+    return page(request, viewer, "rooms.html", rooms=rooms)
+
+
+@router.get("/meetings/live")
+async def meeting_rooms_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The rooms again when a room, a member or a meeting changes."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        rooms = await _rooms(hub, viewer.principal)
+        return fragment("_rooms.html", rooms=rooms)
+
+    return panel(request, viewer, ["hub"], "rooms", render, relevant=_about_rooms)
+
+
+def _about_rooms(item: dict[str, Any]) -> bool:
+    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
+        ("room.", "meeting.")
+    )
+
+
+@router.get("/meetings/{meeting_id}", response_class=HTMLResponse)
+async def meeting_view(request: Request, viewer: ViewerDep, meeting_id: str) -> HTMLResponse:
+    hub = hub_of(request)
+    meeting = await hub.meetings.get(viewer.principal, meeting_id)
+    messages = (await hub.meetings.transcript(viewer.principal, meeting_id, latest=BACKLOG)).rows
+    return page(
+        request,
+        viewer,
+        "meeting.html",
+        messages=messages,
+        after=messages[-1].seq if messages else 0,
+        csrf_token=viewer.session.csrf,
+        **await _state(hub, viewer.principal, meeting),
+    )
+
+
+@router.get("/meetings/{meeting_id}/live")
+async def meeting_live(
+    request: Request, viewer: ViewerDep, meeting_id: str, after: int = 0
+) -> EventSourceResponse:
+    hub = hub_of(request)
+    meeting = await hub.meetings.get(viewer.principal, meeting_id)
+    resumed = request.headers.get("last-event-id", "")
+    position = {"seq": int(resumed) if resumed.isdigit() and len(resumed) < 12 else after}
+    subject = f"meeting:{meeting_id}"
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        events: list[dict[str, str]] = []
+        if batch is None:
+            page_ = await hub.meetings.transcript(
+                viewer.principal, meeting_id, after_seq=position["seq"], limit=BACKLOG
+            )
+            messages = [m.model_dump(mode="json") for m in page_.rows]
+            changed = True
+        else:
+            messages = [d["message"] for d in batch if d.get("type") == "message"]
+            changed = any(
+                d.get("type") in ("meeting", "message")
+                or (d.get("type") == "event" and d["event"].get("subject") == subject)
+                for d in batch
+            )
+        for message in messages:
+            if message["seq"] <= position["seq"]:
+                continue
+            position["seq"] = message["seq"]
+            events.append(
+                {
+                    "id": str(message["seq"]),
+                    "event": "message",
+                    "data": fragment("_message.html", m=message),
+                }
+            )
+        if changed:
+            current = await hub.meetings.get(viewer.principal, meeting_id)
+            state = await _state(hub, viewer.principal, current)
+            events.append(
+                {
+                    "event": "state",
+                    "data": fragment("_meeting_state.html", csrf=viewer.session.csrf, **state),
+                }
+            )
+        return events
+
+    return live(request, viewer, [channel_topic(meeting.channel_id), "hub"], render)
+
+
+@router.post("/meetings/convene")
+async def convene(request: Request, action: ActionDep) -> RedirectResponse:
+    """Convene in the room the form names, as the signed-in principal; a human convenes as the
+    room's human seat."""
+    viewer, form = action
+    hub = hub_of(request)
+
+    async def run() -> Meeting:
+        spec = ConveneSpec(topic=form.get("topic", ""))
+        return await hub.meetings.convene(viewer.principal, form.get("room_id", ""), spec)
+
+    return await attempt(
+        viewer,
+        run,
+        "Meeting convened.",
+        f"{PREFIX}/meetings",
+        then=lambda meeting: f"{PREFIX}/meetings/{meeting.id}",
+    )
+
+
+@router.post("/meetings/{meeting_id}/post")
+async def interject(request: Request, action: ActionDep, meeting_id: str) -> RedirectResponse:
+    """A human speaks into the running meeting without taking a turn."""
+    viewer, form = action
+    hub = hub_of(request)
+    content = form.get("content", "")
+    return await attempt(
+        viewer,
+        lambda: hub.meetings.post(viewer.principal, meeting_id, content),
+        "Said in the meeting.",
+        f"{PREFIX}/meetings/{meeting_id}",
+    )
+
+
+@router.post("/meetings/stop")
+async def emergency_stop(request: Request, action: ActionDep) -> RedirectResponse:
+    """Stop every running meeting the viewer may stop; answers once they have ended."""
+    viewer, form = action
+    hub = hub_of(request)
+    where = form.get("back", "")
+    if not where.startswith(f"{PREFIX}/meetings"):
+        where = f"{PREFIX}/meetings"  # only ever back to a meetings page of this UI
+    return await attempt(
+        viewer, lambda: hub.meetings.stop(viewer.principal), "Meetings stopped.", where
+    )

@@ -1,0 +1,261 @@
+"""The overview, the mail inbox with its thread view, and the event log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from sse_starlette.sse import EventSourceResponse
+
+from parley.core.channels import Task
+from parley.core.errors import ParleyError, PermissionDenied
+from parley.core.events import Event
+from parley.core.identity import Principal
+from parley.core.mail import InboxFilter, MailSummary
+from parley.service.hub import Hub
+from parley.service.identity import require_operator
+from parley.service.mail import inbox_topic
+from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
+from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.render import fragment, page
+
+router = APIRouter()
+
+FAILED_ENDS = ("failed", "interrupted")
+RECENT = 10
+EVENTS_SHOWN = 200
+
+
+async def _agents(hub: Hub, viewer: Principal) -> list[Principal]:
+    """The agents the viewer may watch: all for the operator and humans, else itself."""
+    if viewer.kind == "agent":
+        return [viewer]
+    return [a for a in await hub.identity.list("agent") if a.active]
+
+
+async def _summaries(hub: Hub, viewer: Principal, agents: list[Principal]) -> list[MailSummary]:
+    found = []
+    for agent in agents:
+        try:
+            found.append(await hub.mail.summary(viewer, agent.id))
+        except PermissionDenied:
+            continue  # the service decides whose inbox the viewer may read
+    return found
+
+
+async def _running_tasks(hub: Hub, viewer: Principal) -> list[Task]:
+    visible = {c.id: c for c in await hub.channels.visible(viewer)}
+    running = [live.task for live in hub.tasks.live.values() if live.task.channel_id in visible]
+    return sorted(running, key=lambda t: t.id)
+
+
+async def _recent_failures(hub: Hub, viewer: Principal) -> list[Task]:
+    """The newest tasks that failed or were interrupted, in channels the viewer may see."""
+    visible = {c.id for c in await hub.channels.visible(viewer)}
+    async with hub.store.read() as tx:
+        t = tx.table("tasks").c
+        rows: list[Task] = await tx.select(
+            "tasks", t.end_reason.in_(FAILED_ENDS), order_by=[t.id.desc()], limit=RECENT * 5
+        )
+    return [task for task in rows if task.channel_id in visible][:RECENT]
+
+
+async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
+    agents = await _agents(hub, viewer)
+    working = {m for live in hub.tasks.live.values() for m in live.task.members}
+    rooms = await hub.rooms.visible(viewer)
+    meetings = []
+    for room in rooms:
+        status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
+        if status.meeting is not None:
+            meetings.append(status.meeting)
+    workers = await hub.workers.listing(viewer, limit=RECENT)
+    return {
+        "agents": agents,
+        "working": working,
+        "summaries": await _summaries(hub, viewer, agents),
+        "tasks": await _running_tasks(hub, viewer),
+        "meetings": meetings,
+        "workers": workers,
+        "failures": await _recent_failures(hub, viewer),
+    }
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    data = await _overview(hub_of(request), viewer.principal)
+    return page(request, viewer, "overview.html", **data)
+
+
+OVERVIEW_EVENTS = ("mail.", "task.", "meeting.", "room.", "worker.", "agent.created", "human.")
+"""Events that change what the overview shows; a message in a channel does not."""
+
+
+@router.get("/overview/live")
+async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
+    """The overview's panels again after something they show changed, rendered as the
+    viewer."""
+    hub = hub_of(request)
+
+    async def render() -> str:
+        return fragment("_overview.html", **await _overview(hub, viewer.principal))
+
+    def relevant(item: dict[str, Any]) -> bool:
+        kind = item.get("event", {}).get("type", "") if item.get("type") == "event" else ""
+        return str(kind).startswith(OVERVIEW_EVENTS)
+
+    return panel(request, viewer, ["hub"], "overview", render, relevant=relevant)
+
+
+# -- mail ------------------------------------------------------------------------------------------
+def _inbox_filter(status: str, kind: str, from_id: str, archived: bool) -> InboxFilter:
+    return InboxFilter(
+        status=[status] if status else None,
+        kind=kind or None,
+        from_id=from_id or None,
+        include_archived=archived,
+        limit=200,
+    )
+
+
+@router.get("/mail", response_class=HTMLResponse)
+async def inbox(
+    request: Request,
+    viewer: ViewerDep,
+    owner: str = "",
+    status: str = "",
+    kind: str = "",
+    from_id: str = "",
+    archived: bool = False,
+) -> HTMLResponse:
+    """An inbox with filters, live; whose inbox the viewer may read is the mail service's
+    decision."""
+    hub = hub_of(request)
+    owner = owner or viewer.principal.id
+    messages: list[Any] = []
+    error = None
+    try:
+        flt = _inbox_filter(status, kind, from_id, archived)
+        messages = (await hub.mail.inbox_page(viewer.principal, owner, flt)).rows
+    except ParleyError as exc:
+        error = f"Refused ({exc.code}): {exc.message}"
+    agents = await _agents(hub, viewer.principal)
+    return page(
+        request,
+        viewer,
+        "mail.html",
+        status_code=200 if error is None else 403,
+        owner=owner,
+        owners=[a.id for a in agents]
+        + ([viewer.principal.id] if viewer.principal.kind == "human" else []),
+        messages=messages,
+        error=error,
+        query=request.url.query,
+        filters={"status": status, "kind": kind, "from_id": from_id, "archived": archived},
+    )
+
+
+@router.get("/mail/live")
+async def inbox_live(
+    request: Request,
+    viewer: ViewerDep,
+    owner: str = "",
+    status: str = "",
+    kind: str = "",
+    from_id: str = "",
+    archived: bool = False,
+) -> EventSourceResponse:
+    """The inbox table again whenever the inbox changes."""
+    hub = hub_of(request)
+    owner = owner or viewer.principal.id
+    flt = _inbox_filter(status, kind, from_id, archived)
+    await hub.mail.inbox_page(viewer.principal, owner, flt.model_copy(update={"limit": 1}))
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        messages = (await hub.mail.inbox_page(viewer.principal, owner, flt)).rows
+        return [{"event": "inbox", "data": fragment("_inbox.html", messages=messages)}]
+
+    return live(request, viewer, [inbox_topic(owner)], render)
+
+
+@router.get("/mail/thread/{message_id}", response_class=HTMLResponse)
+async def thread(request: Request, viewer: ViewerDep, message_id: str) -> HTMLResponse:
+    hub = hub_of(request)
+    try:
+        messages = await hub.mail.thread(viewer.principal, message_id)
+    except ParleyError as exc:
+        return page(
+            request,
+            viewer,
+            "thread.html",
+            status_code=404 if exc.code.endswith("not_found") else 403,
+            messages=[],
+            error=f"Refused ({exc.code}): {exc.message}",
+        )
+    return page(request, viewer, "thread.html", messages=messages, error=None)
+
+
+# -- the event log ---------------------------------------------------------------------------------
+async def _events(hub: Hub, type: str, subject: str, actor: str) -> list[Event]:
+    async with hub.store.read() as tx:
+        e = tx.table("events").c
+        where: list[Any] = []
+        if type:
+            where.append(e.type.startswith(type) if type.endswith(".") else e.type == type)
+        if subject:
+            where.append(e.subject == subject)
+        if actor:
+            where.append(e.actor == actor)
+        rows: list[Event] = await tx.select(
+            "events", *where, order_by=[e.id.desc()], limit=EVENTS_SHOWN
+        )
+    return rows
+
+
+@router.get("/events", response_class=HTMLResponse)
+async def event_log(
+    request: Request,
+    viewer: ViewerDep,
+    type: str = "",
+    subject: str = "",
+    actor: str = "",
+) -> HTMLResponse:
+    """The newest events, filtered, live (operator only, as over REST)."""
+    filters = {"type": type, "subject": subject, "actor": actor}
+    try:
+        require_operator(viewer.principal, "read the event log")
+    except PermissionDenied as exc:
+        error = f"Refused ({exc.code}): {exc.message}"
+        return _events_page(request, viewer, [], error, filters)
+    rows = await _events(hub_of(request), type, subject, actor)
+    return _events_page(request, viewer, rows, None, filters)
+
+
+@router.get("/events/live")
+async def event_log_live(
+    request: Request, viewer: ViewerDep, type: str = "", subject: str = "", actor: str = ""
+) -> EventSourceResponse:
+    require_operator(viewer.principal, "read the event log")
+    hub = hub_of(request)
+
+    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+        rows = await _events(hub, type, subject, actor)
+        return [{"event": "events", "data": fragment("_events.html", events=rows)}]
+
+    return live(request, viewer, ["hub"], render)
+
+
+def _events_page(
+    request: Request, viewer: Viewer, rows: list[Event], error: str | None, filters: dict[str, str]
+) -> HTMLResponse:
+    return page(
+        request,
+        viewer,
+        "events.html",
+        status_code=200 if error is None else 403,
+        events=rows,
+        error=error,
+        query=request.url.query,
+        filters=filters,
+    )

@@ -1,0 +1,162 @@
+"""In a real Chromium: convene a meeting and stop it; take over a worker; an agent's session
+cannot see or act on another agent's inbox or another room's meeting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from playwright.async_api import BrowserContext, expect
+
+from parley.core.identity import Principal
+from parley.service.hub import Hub
+from parley.service.identity import HumanSpec
+from parley.service.meetings import ConveneSpec
+from parley.service.rooms import RoomSpec
+from parley.service.workers import StartSpec
+from parley.testing import StaticRuntimes
+from tests.conftest import MakeAgent
+from tests.integration.discussion_support import within
+from tests.integration.meeting_support import members, room_with
+from tests.integration.test_workers import scripted
+from tests.web.conftest import Served, shoot, sign_in
+
+
+async def test_convene_a_meeting_watch_it_and_stop_it(
+    served: Served,
+    context: BrowserContext,
+    screenshots: Path,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+) -> None:
+    hub = served.hub
+    team = await members(make_agent, runtimes, ["ada", "bob"])
+    team["ada"].speeches = ["ada: ship the queue behind a flag", "ada: agreed"]
+    await room_with(hub, operator, ["ada", "bob"], max_rounds=1)
+    human = await hub.identity.create_human(operator, HumanSpec(id="hana", display_name="Hana"))
+    page = await context.new_page()
+    await sign_in(page, served.url, human.token)
+
+    # A meeting that runs to its round cap: the transcript grows live, the moderator's
+    # decisions show (here the fallback: a human convener has no model), then each member's
+    # own minutes.
+    await page.get_by_role("link", name="Meetings").click()
+    await page.get_by_label("Room").select_option(label="sync")
+    await page.get_by_label("Topic").fill("Release plan")
+    await page.get_by_role("button", name="Convene").click()
+    await expect(page.get_by_role("heading", name="Release plan")).to_be_visible()
+    transcript = page.locator("#transcript")
+    await expect(transcript).to_contain_text("ada: ship the queue behind a flag")
+    await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "round_cap")
+    await expect(page.locator("#meeting-round")).to_contain_text("ended: round_cap · round 1/1")
+    await expect(page.locator("#present")).to_contain_text("ada")
+    await expect(page.locator("#decisions")).to_contain_text("fallback")
+    await expect(page.locator("#minutes-ada")).to_contain_text("ada: my minutes")
+    await expect(page.locator("#minutes-bob")).to_contain_text("bob: my minutes")
+
+    # A meeting held open by bob's speech: interject, then the emergency stop ends it.
+    team["bob"].speech_gate = asyncio.Event()  # never set: only the stop ends this speech
+    team["bob"].speech_started.clear()
+    await page.get_by_role("link", name="Meetings").click()
+    await page.get_by_label("Topic").fill("Hotfix")
+    await page.get_by_role("button", name="Convene").click()
+    await expect(page.get_by_role("heading", name="Hotfix")).to_be_visible()
+    await within(team["bob"].speech_started.wait(), "bob's speech")
+    await expect(page.locator("#meeting-state")).to_have_attribute("data-status", "running")
+    await expect(page.locator("#meeting-round")).to_contain_text("running · round 1/1")
+    await page.get_by_label("Interject as hana").fill("hana: remember the migration")
+    await page.get_by_role("button", name="Interject").click()
+    await expect(page.locator("#transcript")).to_contain_text("hana: remember the migration")
+    await shoot(page, screenshots, "meeting")
+    await page.get_by_role("button", name="Emergency stop").click()  # on the meeting's page
+    await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
+    await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")
+    await expect(page.locator("#transcript")).to_contain_text("[Meeting stopped]")
+
+
+async def test_take_over_a_worker_and_see_the_takeover(
+    served: Served,
+    context: BrowserContext,
+    screenshots: Path,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+) -> None:
+    hub = served.hub
+    coder = await scripted(make_agent, runtimes, "coder")
+    coder.gate("refactor the parser")
+    root = await hub.workers.start(
+        operator, StartSpec(agent_id="coder", prompt="refactor the parser")
+    )
+    await within(coder.started["refactor the parser"].wait(), "the worker's turn")
+    page = await context.new_page()
+    assert hub.operator_token is not None
+    await sign_in(page, served.url, hub.operator_token)
+    await page.get_by_role("link", name="Workers").click()
+    await expect(page.locator("#workers")).to_contain_text("running")
+    await page.get_by_role("link", name=root.id).click()
+    await expect(page.locator("#worker-state")).to_have_text("running")
+
+    await page.get_by_label("Take over with an instruction").fill("Keep the old API.")
+    await page.get_by_role("button", name="Take over").click()
+    await expect(page.locator("#takeovers")).to_contain_text("system.takeover_initiated")
+    await expect(page.locator("#takeovers")).to_contain_text("system.takeover_consumed")
+    await expect(page.locator("#takeovers .instruction")).to_contain_text("Keep the old API.")
+    await expect(page.locator("#worker-state")).to_have_text("idle")
+    assert coder.cancelled == ["refactor the parser"]
+    assert "Keep the old API." in coder.turns[-1].prompt.render()
+
+    await page.get_by_label("Spawn a child with the task").fill("write the tests")
+    await page.get_by_role("button", name="Spawn").click()
+    tree = page.locator(".tree")
+    await expect(tree.locator("li li")).to_have_count(1)
+    await shoot(page, screenshots, "worker")
+    await page.get_by_role("button", name="Cancel worker").click()
+    await expect(page.locator("#worker-state")).to_have_text("killed")
+
+
+async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
+    served: Served,
+    context: BrowserContext,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+) -> None:
+    hub: Hub = served.hub
+    await members(make_agent, runtimes, ["ada", "bob", "cy"])
+    mine = await room_with(hub, operator, ["ada"])
+    theirs = await hub.rooms.create(operator, RoomSpec(name="other"))
+    await hub.rooms.join(operator, theirs.id, "bob")
+    await hub.rooms.join(operator, theirs.id, "cy")
+    meeting = await hub.meetings.convene(operator, theirs.id, ConveneSpec(topic="secret plan"))
+    ada = await hub.identity.issue_token(operator, "ada", rotate=False)
+
+    page = await context.new_page()
+    await sign_in(page, served.url, ada)
+    await page.goto(f"{served.url}/ui/mail?owner=bob")
+    await expect(page.locator("#mail-error")).to_contain_text("Refused (")
+    await expect(page.locator("#inbox")).to_contain_text("No mail matches")
+
+    response = await page.goto(f"{served.url}/ui/meetings/{meeting.id}")
+    assert response is not None and response.status in (403, 404)
+    await expect(page.locator("#refused")).to_contain_text("Refused (")
+    await expect(page.locator("body")).not_to_contain_text("secret plan")
+
+    await page.goto(f"{served.url}/ui/meetings")
+    await expect(page.locator("main")).to_contain_text(mine.name)
+    await expect(page.locator("main")).not_to_contain_text("other")
+
+    # Acting on the other room's meeting with the page's own CSRF token is refused by the
+    # meeting service, and nothing is said in the meeting.
+    csrf = await page.locator('input[name="csrf"]').first.get_attribute("value")
+    r = await page.request.post(
+        f"{served.url}/ui/meetings/{meeting.id}/post",
+        form={"content": "ada was here", "csrf": csrf or ""},
+        headers={"Origin": served.url},
+    )
+    # Redirected back to the meeting's page, which the viewer may not see either.
+    assert r.status == 403 and "Refused (" in await r.text()
+    transcript = await hub.meetings.transcript(operator, meeting.id)
+    assert "ada was here" not in json.dumps([m.content for m in transcript.rows])
