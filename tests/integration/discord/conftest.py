@@ -14,14 +14,21 @@ import yarl
 
 from parley.adapters.bridges.discord import DiscordBridge
 from parley.adapters.runtimes.scripted import ScriptedRuntime
+from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.bridge import Bridge
+from parley.core.workers import Worker
+from parley.service.bridge import Bridge, create_link_code
 from parley.service.hub import Hub
+from parley.service.workers import StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.fakes.discord import FORUM_ID, GUILD_ID, FakeDiscord
+from tests.fakes.discord import FORUM_ID, GUILD_ID, FakeDiscord, Thread
 
 StartBridge = Callable[[], Awaitable[Bridge]]
+
+# Discord user ids: one that links to a hub identity in the tests, one that never does.
+MAPLE = 700000000000000001
+STRANGER = 700000000000000002
 
 
 @pytest.fixture
@@ -75,10 +82,57 @@ class Gated:
         return self.gates.setdefault(key, asyncio.Event())
 
 
-async def gated_agent(
-    make_agent: MakeAgent, runtimes: StaticRuntimes, name: str, reply: str = "done"
-) -> Gated:
-    await make_agent(name, runtime={"kind": "scripted"})
-    agent = Gated(reply)
-    runtimes.set(name, ScriptedRuntime(agent.respond))
-    return agent
+@dataclass
+class DiscordHub:
+    """The hub under test beside the fake Discord, with the steps the bridge's tests share."""
+
+    hub: Hub
+    operator: Principal
+    make_agent: MakeAgent
+    runtimes: StaticRuntimes
+    fake: FakeDiscord
+    start_bridge: StartBridge
+
+    async def gated_agent(self, name: str, reply: str = "done") -> Gated:
+        """A scripted agent ``name`` whose turns a test can hold at gates."""
+        await self.make_agent(name, runtime={"kind": "scripted"})
+        agent = Gated(reply)
+        self.runtimes.set(name, ScriptedRuntime(agent.respond))
+        return agent
+
+    async def only_post(self) -> Thread:
+        """The one post in the forum, once it is there."""
+        await self.fake.wait_for(lambda f: len(f.posts()) == 1)
+        return self.fake.posts()[0]
+
+    async def start_worker(self, prompt: str = "Audit the tests") -> tuple[Worker, Thread]:
+        """Start a root worker of the agent "lead", let its first turn finish and return it with
+        its post."""
+        root = await self.hub.workers.start(
+            self.operator, StartSpec(agent_id="lead", prompt=prompt)
+        )
+        await self.hub.tasks.wait_idle()
+        return root, await self.only_post()
+
+    async def slash(self, name: str, thread_id: int, user_id: int, **options: str) -> str:
+        """Run a slash command as ``user_id`` and return the bot's reply."""
+        token = await self.fake.slash(name, options, thread_id=thread_id, user_id=user_id)
+        await self.fake.wait_for(lambda f: f.reply_to(token) is not None)
+        return str(self.fake.reply_to(token))
+
+    async def link(self, principal: Principal, user_id: int, thread_id: int = 1) -> str:
+        """Link ``user_id`` to ``principal`` with a fresh code; the bot's reply."""
+        code = await create_link_code(self.hub, principal)
+        return await self.slash("link", thread_id, user_id, code=code)
+
+
+@pytest.fixture
+def chat(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    fake_discord: FakeDiscord,
+    start_bridge: StartBridge,
+) -> DiscordHub:
+    return DiscordHub(hub, operator, make_agent, runtimes, fake_discord, start_bridge)

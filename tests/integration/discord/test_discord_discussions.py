@@ -10,23 +10,16 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
 from parley.service.hub import Hub
-from parley.testing import StaticRuntimes
-from tests.conftest import MakeAgent
-from tests.fakes.discord import FakeDiscord
-from tests.integration.discord.conftest import StartBridge
+from tests.integration.discord.conftest import DiscordHub
 
 
 async def test_a_discussion_channel_is_mirrored_and_closed_in_its_own_post(
-    hub: Hub,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
-    fake_discord: FakeDiscord,
-    start_bridge: StartBridge,
-    tmp_path: Path,
+    hub: Hub, operator: Principal, chat: DiscordHub, tmp_path: Path
 ) -> None:
-    lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(tmp_path / "l"))
-    await make_agent(
+    lead = await chat.make_agent(
+        "lead", runtime={"kind": "scripted"}, workspace=str(tmp_path / "l")
+    )
+    await chat.make_agent(
         "rev",
         runtime={"kind": "scripted"},
         workspace=str(tmp_path / "r"),
@@ -39,27 +32,27 @@ async def test_a_discussion_channel_is_mirrored_and_closed_in_its_own_post(
 
         return reply
 
-    runtimes.set("lead", ScriptedRuntime(says("lead")))
-    runtimes.set("rev", ScriptedRuntime(says("rev")))
-    bridge = await start_bridge()
+    chat.runtimes.set("lead", ScriptedRuntime(says("lead")))
+    chat.runtimes.set("rev", ScriptedRuntime(says("rev")))
+    bridge = await chat.start_bridge()
     assert lead.principal.work_channel_id is not None
     channel = await hub.discussions.create_private_channel(
         lead.principal, "queue design", ["rev"], lead.principal.work_channel_id, "Pick a queue"
     )
     await hub.tasks.wait_idle()
 
-    await fake_discord.wait_for(lambda f: any(t.name == "💬 queue design" for t in f.posts()))
-    post = fake_discord.post_named("queue design")
+    await chat.fake.wait_for(lambda f: any(t.name == "💬 queue design" for t in f.posts()))
+    post = chat.fake.post_named("queue design")
     first = next(iter(post.messages.values()))
     assert "Pick a queue" in first and "lead" in first and "rev" in first
-    await fake_discord.wait_for(
+    await chat.fake.wait_for(
         lambda f: any(m.startswith("**🧭 moderator**") for m in post.messages.values())
     )
-    await fake_discord.wait_for(
+    await chat.fake.wait_for(
         lambda f: any(m.startswith("**rev**: rev thinks") for m in post.messages.values())
     )
 
     await hub.discussions.force_close(operator, channel.id, "enough")
-    await fake_discord.wait_for(lambda f: post.name == "🔒 queue design" and post.archived)
+    await chat.fake.wait_for(lambda f: post.name == "🔒 queue design" and post.archived)
     await bridge.settled()
-    assert len([t for t in fake_discord.posts() if "queue design" in t.name]) == 1
+    assert len([t for t in chat.fake.posts() if "queue design" in t.name]) == 1

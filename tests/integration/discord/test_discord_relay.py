@@ -6,16 +6,10 @@ misses what happened while it was down nor posts anything twice."""
 from __future__ import annotations
 
 from parley.core.identity import Principal
-from parley.service.bridge import Bridge, create_link_code
+from parley.service.bridge import Bridge
 from parley.service.hub import Hub
-from parley.service.workers import StartSpec
-from parley.testing import StaticRuntimes
-from tests.conftest import MakeAgent
-from tests.fakes.discord import FakeDiscord, Thread
-from tests.integration.discord.conftest import StartBridge, gated_agent
-
-MAPLE = 700000000000000001
-STRANGER = 700000000000000002
+from tests.fakes.discord import Thread
+from tests.integration.discord.conftest import MAPLE, STRANGER, DiscordHub
 
 
 async def hub_messages(hub: Hub, channel_id: str, content: str) -> list[str]:
@@ -28,21 +22,9 @@ def said(post: Thread, fragment: str) -> int:
     return sum(fragment in m for m in post.messages.values())
 
 
-async def link(fake: FakeDiscord, hub: Hub, operator: Principal, user_id: int) -> None:
-    code = await create_link_code(hub, operator)
-    token = await fake.slash("link", {"code": code}, thread_id=1, user_id=user_id)
-    await fake.wait_for(lambda f: f.reply_to(token) is not None)
-    assert "Linked" in str(fake.reply_to(token))
-
-
-async def started_worker(
-    hub: Hub, operator: Principal, fake: FakeDiscord, bridge: Bridge
-) -> tuple[str, Thread]:
-    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit the tests"))
-    await hub.tasks.wait_idle()
-    await fake.wait_for(lambda f: len(f.posts()) == 1)
-    post = fake.posts()[0]
-    await fake.wait_for(lambda f: said(post, "**lead**: report #1") == 1)
+async def started_worker(chat: DiscordHub, bridge: Bridge) -> tuple[str, Thread]:
+    root, post = await chat.start_worker()
+    await chat.fake.wait_for(lambda f: said(post, "**lead**: report #1") == 1)
     await bridge.settled()
     return root.channel_id, post
 
@@ -59,24 +41,19 @@ class Counter:
 
 
 async def test_relays_go_both_ways_once_and_unlinked_people_are_refused(
-    hub: Hub,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
-    fake_discord: FakeDiscord,
-    start_bridge: StartBridge,
+    hub: Hub, operator: Principal, chat: DiscordHub
 ) -> None:
-    lead = await gated_agent(make_agent, runtimes, "lead")
+    lead = await chat.gated_agent("lead")
     count = Counter()
     lead.reply_fn = count
-    bridge = await start_bridge()
-    await fake_discord.identified.wait()
-    channel_id, post = await started_worker(hub, operator, fake_discord, bridge)
-    await link(fake_discord, hub, operator, MAPLE)
+    bridge = await chat.start_bridge()
+    await chat.fake.identified.wait()
+    channel_id, post = await started_worker(chat, bridge)
+    assert "Linked" in await chat.link(operator, MAPLE)
 
-    message_id = await fake_discord.user_message(post.id, "check the parser too", user_id=MAPLE)
+    message_id = await chat.fake.user_message(post.id, "check the parser too", user_id=MAPLE)
     # The person's message woke the worker; its reply came back out.
-    await fake_discord.wait_for(lambda f: said(post, "**lead**: report #2") == 1)
+    await chat.fake.wait_for(lambda f: said(post, "**lead**: report #2") == 1)
     posted = await hub_messages(hub, channel_id, "check the parser too")
     assert len(posted) == 1
     async with hub.store.read() as tx:
@@ -85,10 +62,10 @@ async def test_relays_go_both_ways_once_and_unlinked_people_are_refused(
     assert message.metadata["discord_message_id"] == str(message_id)
 
     # Discord delivers the same message again (a resumed gateway): nothing new in the hub.
-    await fake_discord.redeliver(post.id, message_id, "check the parser too", MAPLE)
+    await chat.fake.redeliver(post.id, message_id, "check the parser too", MAPLE)
     # A stranger's message is refused in the post, and never reaches the hub.
-    await fake_discord.user_message(post.id, "delete everything", user_id=STRANGER)
-    await fake_discord.wait_for(lambda f: said(post, "is not linked to a parley identity") == 1)
+    await chat.fake.user_message(post.id, "delete everything", user_id=STRANGER)
+    await chat.fake.wait_for(lambda f: said(post, "is not linked to a parley identity") == 1)
     await bridge.inbound_settled(3)
     await hub.tasks.wait_idle()
     await bridge.settled()
@@ -100,17 +77,12 @@ async def test_relays_go_both_ways_once_and_unlinked_people_are_refused(
 
 
 async def test_a_restarted_bridge_catches_up_without_posting_anything_twice(
-    hub: Hub,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
-    fake_discord: FakeDiscord,
-    start_bridge: StartBridge,
+    hub: Hub, operator: Principal, chat: DiscordHub
 ) -> None:
-    lead = await gated_agent(make_agent, runtimes, "lead")
+    lead = await chat.gated_agent("lead")
     lead.reply_fn = Counter()
-    first = await start_bridge()
-    channel_id, post = await started_worker(hub, operator, fake_discord, first)
+    first = await chat.start_bridge()
+    channel_id, post = await started_worker(chat, first)
     await first.close()
 
     # While no bridge runs, a person posts in the hub and the worker answers.
@@ -123,11 +95,11 @@ async def test_a_restarted_bridge_catches_up_without_posting_anything_twice(
         await tx.update("bridge_places", channel_id, last_seq=0)
 
     await hub.store.write(forget)
-    second = await start_bridge()
-    await fake_discord.wait_for(lambda f: said(post, "**lead**: report #2") == 1)
+    second = await chat.start_bridge()
+    await chat.fake.wait_for(lambda f: said(post, "**lead**: report #2") == 1)
     await second.settled()
 
-    assert len(fake_discord.posts()) == 1
+    assert len(chat.fake.posts()) == 1
     assert said(post, "**lead**: report #1") == 1
     assert said(post, "**operator**: and the lexer?") == 1
     assert len([m for m in post.messages.values() if m.startswith("**Children of")]) == 0
