@@ -79,14 +79,38 @@ class EventLog:
     ) -> Page[Event]:
         """Events in order, at most ``limit``, and no more once they hold ``max_bytes``.
         ``type`` ending in '.' matches a prefix."""
-        e = tx.table("events").c
-        where: list[Any] = []
-        if after:
-            where.append(e.id > after)
-        if type:
-            where.append(e.type.startswith(type) if type.endswith(".") else e.type == type)
-        if subject:
-            where.append(e.subject == subject)
-        if actor:
-            where.append(e.actor == actor)
+        where = _filters(tx, after=after, type=type, subject=subject, actor=actor)
         return await tx.page("events", *where, key="id", limit=limit, max_bytes=max_bytes)
+
+    async def latest(
+        self,
+        tx: Tx,
+        *,
+        type: str | None = None,
+        subject: str | None = None,
+        actor: str | None = None,
+        limit: int = 100,
+    ) -> list[Event]:
+        """The newest events first, at most ``limit``, filtered as ``page`` filters them."""
+        e = tx.table("events").c
+        where = _filters(tx, after=None, type=type, subject=subject, actor=actor)
+        rows: list[Event] = await tx.select("events", *where, order_by=[e.id.desc()], limit=limit)
+        return rows
+
+
+def _filters(
+    tx: Tx, *, after: str | None, type: str | None, subject: str | None, actor: str | None
+) -> list[Any]:
+    """The conditions on the events table for the filters given; ``type`` ending in '.'
+    matches a prefix, and an empty filter matches everything."""
+    e = tx.table("events").c
+    where: list[Any] = []
+    if after:
+        where.append(e.id > after)
+    if type:
+        where.append(e.type.startswith(type) if type.endswith(".") else e.type == type)
+    if subject:
+        where.append(e.subject == subject)
+    if actor:
+        where.append(e.actor == actor)
+    return where

@@ -14,7 +14,7 @@ from parley.core.identity import Principal
 from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.live import Transcript, about_events, live, panel
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -44,13 +44,8 @@ async def channel_list_live(request: Request, viewer: ViewerDep) -> EventSourceR
         channels = await hub.channels.visible(viewer.principal)
         return fragment("_channels.html", channels=channels)
 
-    return panel(request, viewer, ["hub"], "channels", render, relevant=_about_channels)
-
-
-def _about_channels(item: dict[str, Any]) -> bool:
-    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
-        ("channel.", "discussion.")
-    )
+    relevant = about_events("channel.", "discussion.")
+    return panel(request, viewer, ["hub"], "channels", render, relevant=relevant)
 
 
 @router.get("/channels/{channel_id}", response_class=HTMLResponse)
@@ -78,31 +73,19 @@ async def channel_live(
     last message's seq) and gets what it missed."""
     hub = hub_of(request)
     await hub.channels.get(viewer.principal, channel_id)
-    resumed = request.headers.get("last-event-id", "")
-    position = {"seq": int(resumed) if resumed.isdigit() and len(resumed) < 12 else after}
+    transcript = Transcript(request, after)
 
     async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        events: list[dict[str, str]] = []
         if batch is None:
             rows = await hub.channels.messages(
-                viewer.principal, channel_id, after_seq=position["seq"], limit=BACKLOG
+                viewer.principal, channel_id, after_seq=transcript.seq, limit=BACKLOG
             )
             messages = [m.model_dump(mode="json") for m in rows]
             task_changed = True
         else:
             messages = [d["message"] for d in batch if d.get("type") == "message"]
             task_changed = any(d.get("type") == "task" for d in batch)
-        for message in messages:
-            if message["seq"] <= position["seq"]:
-                continue  # already on the page
-            position["seq"] = message["seq"]
-            events.append(
-                {
-                    "id": str(message["seq"]),
-                    "event": "message",
-                    "data": fragment("_message.html", m=message),
-                }
-            )
+        events = transcript.events(messages)
         if task_changed:
             tasks = await _tasks(hub, viewer.principal, channel_id)
             events.append(

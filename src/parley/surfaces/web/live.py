@@ -19,6 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core.errors import Unauthenticated
 from parley.service.identity import TOKENS_REVOKED, revocation_topic
 from parley.surfaces.web.auth import Viewer, hub_of
+from parley.surfaces.web.render import fragment
 
 SseEvent = dict[str, str]
 Render = Callable[[list[dict[str, Any]] | None], Awaitable[list[SseEvent]]]
@@ -86,3 +87,42 @@ def panel(
         return [{"event": event, "data": await render()}]
 
     return live(request, viewer, topics, on_batch)
+
+
+def about_events(*prefixes: str) -> Callable[[dict[str, Any]], bool]:
+    """A ``relevant`` for ``panel``: the bus items that are events whose type starts with one of
+    ``prefixes``."""
+
+    def relevant(item: dict[str, Any]) -> bool:
+        return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
+            prefixes
+        )
+
+    return relevant
+
+
+class Transcript:
+    """Where a live transcript stands: the seq of the last message the browser holds. A browser
+    that reconnects sends Last-Event-ID (the last message's seq) and gets what it missed; a new
+    stream starts at ``after``, the page's last message."""
+
+    def __init__(self, request: Request, after: int) -> None:
+        resumed = request.headers.get("last-event-id", "")
+        self.seq = int(resumed) if resumed.isdigit() and len(resumed) < 12 else after
+
+    def events(self, messages: list[dict[str, Any]]) -> list[SseEvent]:
+        """A ``message`` event for each message the browser does not hold yet, in order: a
+        message seen twice (a backfill that met the bus) is shown once."""
+        events: list[SseEvent] = []
+        for message in messages:
+            if message["seq"] <= self.seq:
+                continue  # already on the page
+            self.seq = message["seq"]
+            events.append(
+                {
+                    "id": str(message["seq"]),
+                    "event": "message",
+                    "data": fragment("_message.html", m=message),
+                }
+            )
+        return events

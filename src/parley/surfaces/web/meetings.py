@@ -19,7 +19,7 @@ from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.live import Transcript, about_events, live, panel
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -72,13 +72,8 @@ async def meeting_rooms_live(request: Request, viewer: ViewerDep) -> EventSource
         rooms = await _rooms(hub, viewer.principal)
         return fragment("_rooms.html", rooms=rooms)
 
-    return panel(request, viewer, ["hub"], "rooms", render, relevant=_about_rooms)
-
-
-def _about_rooms(item: dict[str, Any]) -> bool:
-    return item.get("type") == "event" and str(item["event"].get("type", "")).startswith(
-        ("room.", "meeting.")
-    )
+    relevant = about_events("room.", "meeting.")
+    return panel(request, viewer, ["hub"], "rooms", render, relevant=relevant)
 
 
 @router.get("/meetings/{meeting_id}", response_class=HTMLResponse)
@@ -103,15 +98,13 @@ async def meeting_live(
 ) -> EventSourceResponse:
     hub = hub_of(request)
     meeting = await hub.meetings.get(viewer.principal, meeting_id)
-    resumed = request.headers.get("last-event-id", "")
-    position = {"seq": int(resumed) if resumed.isdigit() and len(resumed) < 12 else after}
+    transcript = Transcript(request, after)
     subject = f"meeting:{meeting_id}"
 
     async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        events: list[dict[str, str]] = []
         if batch is None:
             page_ = await hub.meetings.transcript(
-                viewer.principal, meeting_id, after_seq=position["seq"], limit=BACKLOG
+                viewer.principal, meeting_id, after_seq=transcript.seq, limit=BACKLOG
             )
             messages = [m.model_dump(mode="json") for m in page_.rows]
             changed = True
@@ -122,17 +115,7 @@ async def meeting_live(
                 or (d.get("type") == "event" and d["event"].get("subject") == subject)
                 for d in batch
             )
-        for message in messages:
-            if message["seq"] <= position["seq"]:
-                continue
-            position["seq"] = message["seq"]
-            events.append(
-                {
-                    "id": str(message["seq"]),
-                    "event": "message",
-                    "data": fragment("_message.html", m=message),
-                }
-            )
+        events = transcript.events(messages)
         if changed:
             current = await hub.meetings.get(viewer.principal, meeting_id)
             state = await _state(hub, viewer.principal, current)

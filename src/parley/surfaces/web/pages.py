@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette.sse import EventSourceResponse
 
@@ -17,7 +18,7 @@ from parley.service.hub import Hub
 from parley.service.identity import require_operator
 from parley.service.mail import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
-from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.live import about_events, live, panel
 from parley.surfaces.web.render import fragment, page
 
 router = APIRouter()
@@ -101,42 +102,47 @@ async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceRespo
     async def render() -> str:
         return fragment("_overview.html", **await _overview(hub, viewer.principal))
 
-    def relevant(item: dict[str, Any]) -> bool:
-        kind = item.get("event", {}).get("type", "") if item.get("type") == "event" else ""
-        return str(kind).startswith(OVERVIEW_EVENTS)
-
+    relevant = about_events(*OVERVIEW_EVENTS)
     return panel(request, viewer, ["hub"], "overview", render, relevant=relevant)
 
 
 # -- mail ------------------------------------------------------------------------------------------
-def _inbox_filter(status: str, kind: str, from_id: str, archived: bool) -> InboxFilter:
-    return InboxFilter(
-        status=[status] if status else None,
-        kind=kind or None,
-        from_id=from_id or None,
-        include_archived=archived,
-        limit=200,
-    )
+@dataclass
+class InboxQuery:
+    """The inbox page's query: whose inbox (the viewer's when empty) and its filters."""
+
+    owner: str = ""
+    status: str = ""
+    kind: str = ""
+    from_id: str = ""
+    archived: bool = False
+
+    def owner_for(self, viewer: Principal) -> str:
+        return self.owner or viewer.id
+
+    def filter(self) -> InboxFilter:
+        return InboxFilter(
+            status=[self.status] if self.status else None,
+            kind=self.kind or None,
+            from_id=self.from_id or None,
+            include_archived=self.archived,
+            limit=200,
+        )
+
+
+InboxQueryDep = Annotated[InboxQuery, Depends()]
 
 
 @router.get("/mail", response_class=HTMLResponse)
-async def inbox(
-    request: Request,
-    viewer: ViewerDep,
-    owner: str = "",
-    status: str = "",
-    kind: str = "",
-    from_id: str = "",
-    archived: bool = False,
-) -> HTMLResponse:
+async def inbox(request: Request, viewer: ViewerDep, query: InboxQueryDep) -> HTMLResponse:
     """An inbox with filters, live; whose inbox the viewer may read is the mail service's
     decision."""
     hub = hub_of(request)
-    owner = owner or viewer.principal.id
+    owner = query.owner_for(viewer.principal)
     messages: list[Any] = []
     error = None
     try:
-        flt = _inbox_filter(status, kind, from_id, archived)
+        flt = query.filter()
         messages = (await hub.mail.inbox_page(viewer.principal, owner, flt)).rows
     except ParleyError as exc:
         error = f"Refused ({exc.code}): {exc.message}"
@@ -152,24 +158,23 @@ async def inbox(
         messages=messages,
         error=error,
         query=request.url.query,
-        filters={"status": status, "kind": kind, "from_id": from_id, "archived": archived},
+        filters={
+            "status": query.status,
+            "kind": query.kind,
+            "from_id": query.from_id,
+            "archived": query.archived,
+        },
     )
 
 
 @router.get("/mail/live")
 async def inbox_live(
-    request: Request,
-    viewer: ViewerDep,
-    owner: str = "",
-    status: str = "",
-    kind: str = "",
-    from_id: str = "",
-    archived: bool = False,
+    request: Request, viewer: ViewerDep, query: InboxQueryDep
 ) -> EventSourceResponse:
     """The inbox table again whenever the inbox changes."""
     hub = hub_of(request)
-    owner = owner or viewer.principal.id
-    flt = _inbox_filter(status, kind, from_id, archived)
+    owner = query.owner_for(viewer.principal)
+    flt = query.filter()
     await hub.mail.inbox_page(viewer.principal, owner, flt.model_copy(update={"limit": 1}))
 
     async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
@@ -199,18 +204,9 @@ async def thread(request: Request, viewer: ViewerDep, message_id: str) -> HTMLRe
 # -- the event log ---------------------------------------------------------------------------------
 async def _events(hub: Hub, type: str, subject: str, actor: str) -> list[Event]:
     async with hub.store.read() as tx:
-        e = tx.table("events").c
-        where: list[Any] = []
-        if type:
-            where.append(e.type.startswith(type) if type.endswith(".") else e.type == type)
-        if subject:
-            where.append(e.subject == subject)
-        if actor:
-            where.append(e.actor == actor)
-        rows: list[Event] = await tx.select(
-            "events", *where, order_by=[e.id.desc()], limit=EVENTS_SHOWN
+        return await hub.ctx.events.latest(
+            tx, type=type, subject=subject, actor=actor, limit=EVENTS_SHOWN
         )
-    return rows
 
 
 @router.get("/events", response_class=HTMLResponse)
