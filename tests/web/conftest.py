@@ -79,6 +79,36 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
     assert violations == []
 
 
+@dataclass
+class Browsing:
+    """The served hub, a browser context to open pages in, and where screenshots go."""
+
+    served: Served
+    context: BrowserContext
+    screenshots: Path
+
+    @property
+    def hub(self) -> Hub:
+        return self.served.hub
+
+    @property
+    def url(self) -> str:
+        return self.served.url
+
+    async def signed_in(self, token: str | None = None) -> Page:
+        """A new page signed in with ``token`` (the operator's when None)."""
+        token = token if token is not None else self.hub.operator_token
+        assert token is not None
+        page = await self.context.new_page()
+        await sign_in(page, self.url, token)
+        return page
+
+
+@pytest.fixture
+def ui(served: Served, context: BrowserContext, screenshots: Path) -> Browsing:
+    return Browsing(served, context, screenshots)
+
+
 async def sign_in(page: Page, url: str, token: str) -> None:
     await page.goto(f"{url}/ui/")
     await page.get_by_label("Token").fill(token)

@@ -3,9 +3,7 @@ human and see the running discussion superseded."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from playwright.async_api import BrowserContext, expect
+from playwright.async_api import expect
 
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
@@ -14,16 +12,11 @@ from parley.service.channels import ChannelSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import Gate, within
-from tests.web.conftest import Served, shoot, sign_in
+from tests.web.conftest import Browsing, shoot
 
 
 async def test_watch_a_discussion_live_then_supersede_it(
-    served: Served,
-    context: BrowserContext,
-    screenshots: Path,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
     gate = Gate()
 
@@ -35,13 +28,11 @@ async def test_watch_a_discussion_live_then_supersede_it(
     runtimes.set("beta", ScriptedRuntime(lambda turn: f"beta: question in round {turn.round}"))
     await make_agent("alpha", runtime={"kind": "scripted"})
     await make_agent("beta", runtime={"kind": "scripted"})
-    hub = served.hub
+    hub = ui.hub
     await hub.channels.create(
         operator, ChannelSpec(name="queue-design", members=["alpha", "beta"], discussion_rounds=2)
     )
-    page = await context.new_page()
-    assert hub.operator_token is not None
-    await sign_in(page, served.url, hub.operator_token)
+    page = await ui.signed_in()
     await expect(page.get_by_role("heading", name="Overview")).to_be_visible()
 
     await page.get_by_role("link", name="Channels").click()
@@ -73,7 +64,7 @@ async def test_watch_a_discussion_live_then_supersede_it(
                 detail: {type: 'message', lastEventId: id}})))"""
     )
     assert resent == [False, True]  # #1 is on the page (refused), #99 is not
-    await shoot(page, screenshots, "channel", dark=True)
+    await shoot(page, ui.screenshots, "channel", dark=True)
 
     # A newer human message supersedes a running discussion.
     gate.entered.clear()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
-from playwright.async_api import BrowserContext, expect
+from playwright.async_api import expect
 
 from parley.core.identity import Principal
 from parley.service.hub import Hub
@@ -20,24 +19,18 @@ from tests.conftest import MakeAgent
 from tests.integration.discussion_support import within
 from tests.integration.meeting_support import members, room_with
 from tests.integration.test_workers import scripted
-from tests.web.conftest import Served, shoot, sign_in
+from tests.web.conftest import Browsing, shoot
 
 
 async def test_convene_a_meeting_watch_it_and_stop_it(
-    served: Served,
-    context: BrowserContext,
-    screenshots: Path,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
-    hub = served.hub
+    hub = ui.hub
     team = await members(make_agent, runtimes, ["ada", "bob"])
     team["ada"].speeches = ["ada: ship the queue behind a flag", "ada: agreed"]
     await room_with(hub, operator, ["ada", "bob"], max_rounds=1)
     human = await hub.identity.create_human(operator, HumanSpec(id="hana", display_name="Hana"))
-    page = await context.new_page()
-    await sign_in(page, served.url, human.token)
+    page = await ui.signed_in(human.token)
 
     # A meeting that runs to its round cap: the transcript grows live, the moderator's
     # decisions show (here the fallback: a human convener has no model), then each member's
@@ -69,7 +62,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await page.get_by_label("Interject as hana").fill("hana: remember the migration")
     await page.get_by_role("button", name="Interject").click()
     await expect(page.locator("#transcript")).to_contain_text("hana: remember the migration")
-    await shoot(page, screenshots, "meeting")
+    await shoot(page, ui.screenshots, "meeting")
     await page.get_by_role("button", name="Emergency stop").click()  # on the meeting's page
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")
@@ -77,23 +70,16 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
 
 
 async def test_take_over_a_worker_and_see_the_takeover(
-    served: Served,
-    context: BrowserContext,
-    screenshots: Path,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
-    hub = served.hub
+    hub = ui.hub
     coder = await scripted(make_agent, runtimes, "coder")
     coder.gate("refactor the parser")
     root = await hub.workers.start(
         operator, StartSpec(agent_id="coder", prompt="refactor the parser")
     )
     await within(coder.started["refactor the parser"].wait(), "the worker's turn")
-    page = await context.new_page()
-    assert hub.operator_token is not None
-    await sign_in(page, served.url, hub.operator_token)
+    page = await ui.signed_in()
     await page.get_by_role("link", name="Workers").click()
     await expect(page.locator("#workers")).to_contain_text("running")
     await page.get_by_role("link", name=root.id).click()
@@ -112,19 +98,15 @@ async def test_take_over_a_worker_and_see_the_takeover(
     await page.get_by_role("button", name="Spawn").click()
     tree = page.locator(".tree")
     await expect(tree.locator("li li")).to_have_count(1)
-    await shoot(page, screenshots, "worker")
+    await shoot(page, ui.screenshots, "worker")
     await page.get_by_role("button", name="Cancel worker").click()
     await expect(page.locator("#worker-state")).to_have_text("killed")
 
 
 async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
-    served: Served,
-    context: BrowserContext,
-    operator: Principal,
-    make_agent: MakeAgent,
-    runtimes: StaticRuntimes,
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
-    hub: Hub = served.hub
+    hub: Hub = ui.hub
     await members(make_agent, runtimes, ["ada", "bob", "cy"])
     mine = await room_with(hub, operator, ["ada"])
     theirs = await hub.rooms.create(operator, RoomSpec(name="other"))
@@ -133,18 +115,17 @@ async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
     meeting = await hub.meetings.convene(operator, theirs.id, ConveneSpec(topic="secret plan"))
     ada = await hub.identity.issue_token(operator, "ada", rotate=False)
 
-    page = await context.new_page()
-    await sign_in(page, served.url, ada)
-    await page.goto(f"{served.url}/ui/mail?owner=bob")
+    page = await ui.signed_in(ada)
+    await page.goto(f"{ui.url}/ui/mail?owner=bob")
     await expect(page.locator("#mail-error")).to_contain_text("Refused (")
     await expect(page.locator("#inbox")).to_contain_text("No mail matches")
 
-    response = await page.goto(f"{served.url}/ui/meetings/{meeting.id}")
+    response = await page.goto(f"{ui.url}/ui/meetings/{meeting.id}")
     assert response is not None and response.status in (403, 404)
     await expect(page.locator("#refused")).to_contain_text("Refused (")
     await expect(page.locator("body")).not_to_contain_text("secret plan")
 
-    await page.goto(f"{served.url}/ui/meetings")
+    await page.goto(f"{ui.url}/ui/meetings")
     await expect(page.locator("main")).to_contain_text(mine.name)
     await expect(page.locator("main")).not_to_contain_text("other")
 
@@ -152,9 +133,9 @@ async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
     # meeting service, and nothing is said in the meeting.
     csrf = await page.locator('input[name="csrf"]').first.get_attribute("value")
     r = await page.request.post(
-        f"{served.url}/ui/meetings/{meeting.id}/post",
+        f"{ui.url}/ui/meetings/{meeting.id}/post",
         form={"content": "ada was here", "csrf": csrf or ""},
-        headers={"Origin": served.url},
+        headers={"Origin": ui.url},
     )
     # Redirected back to the meeting's page, which the viewer may not see either.
     assert r.status == 403 and "Refused (" in await r.text()
