@@ -63,15 +63,7 @@ def build_hub(
 def build_discord_bridge(hub: Hub) -> Bridge:
     """The Discord bridge over a built hub; discord.py is imported here, never before."""
     settings = hub.settings
-    missing = [
-        env
-        for env, value in (
-            ("PARLEY_DISCORD_TOKEN", settings.discord_token),
-            ("PARLEY_DISCORD_GUILD_ID", settings.discord_guild_id),
-            ("PARLEY_DISCORD_FORUM_CHANNEL_ID", settings.discord_forum_channel_id),
-        )
-        if not value
-    ]
+    missing = settings.discord_missing
     if missing:
         raise ConfigError(
             f"the Discord bridge needs {', '.join(missing)}; see docs/discord.md",

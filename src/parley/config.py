@@ -155,7 +155,20 @@ class Settings(BaseSettings):
     @property
     def discord_configured(self) -> bool:
         """Whether the Discord bridge has what it needs to start (token, guild, forum)."""
-        return bool(self.discord_token and self.discord_guild_id and self.discord_forum_channel_id)
+        return not self.discord_missing
+
+    @property
+    def discord_missing(self) -> list[str]:
+        """The environment variables the Discord bridge needs that are not set."""
+        return [
+            env
+            for env, value in (
+                ("PARLEY_DISCORD_TOKEN", self.discord_token),
+                ("PARLEY_DISCORD_GUILD_ID", self.discord_guild_id),
+                ("PARLEY_DISCORD_FORUM_CHANNEL_ID", self.discord_forum_channel_id),
+            )
+            if not value
+        ]
 
     @property
     def is_postgres(self) -> bool:

@@ -53,15 +53,7 @@ def check(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     from parley.config import Settings
 
     settings = Settings()
-    missing = [
-        env
-        for env, value in (
-            ("PARLEY_DISCORD_TOKEN", settings.discord_token),
-            ("PARLEY_DISCORD_GUILD_ID", settings.discord_guild_id),
-            ("PARLEY_DISCORD_FORUM_CHANNEL_ID", settings.discord_forum_channel_id),
-        )
-        if not value
-    ]
+    missing = settings.discord_missing
     if missing:
         print_error(
             "discord_not_configured",
