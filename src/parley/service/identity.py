@@ -173,6 +173,31 @@ class Identity:
     def forget(self, principal_id: str) -> None:
         self._principals.pop(principal_id, None)
 
+    async def follow_changes(self) -> None:
+        """Keep this hub's caches true while other hubs share the store: every change of a
+        principal is an event about it, so drop the cached principal an event names, and its
+        cached tokens when the event rotated them. A stream that fell behind drops everything."""
+        sub = self.ctx.bus.subscribe(["hub"])
+        try:
+            while True:
+                data = await sub.get()
+                if data.get("type") == "overflow":
+                    self._revocations += 1
+                    self._tokens.clear()
+                    self._principals.clear()
+                    continue
+                event = data.get("event") or {}
+                subject = event.get("subject")
+                if subject in self._principals:
+                    del self._principals[subject]
+                if event.get("type") == "token.issued" and (event.get("payload") or {}).get(
+                    "rotate"
+                ):
+                    self._revocations += 1
+                    self._tokens = {h: p for h, p in self._tokens.items() if p != subject}
+        finally:
+            await sub.close()
+
     # -- consent ------------------------------------------------------------------------------
     async def set_consent(
         self, caller: Principal, agent_id: str, accepts_channels_from: Sequence[str]

@@ -1,4 +1,10 @@
-"""What a starting hub does with the tasks a hub that is gone left running (Q4).
+"""What a hub does with the tasks another hub left running (Q4, P2): at start, and on every
+lease sweep when several hubs share a PostgreSQL database.
+
+A task is taken over when the hub that drives it is gone (its liveness lock is free: it died or
+was killed) or its lease ran out (it stopped renewing: paused, or cut off from the store). Taking
+over ends the task and flags it cancelled in the same transaction, so a reply its old driver still
+tries to commit is refused at the commit point (C10), and the old driver's own end is not written.
 
 A task that had already been told to stop (superseded, cancelled, its channel closed or deleted)
 ends the way it was told to, not as ``interrupted``: the crash only kept it from writing its
@@ -25,6 +31,7 @@ async def recover(runner: TaskRunner) -> list[Task]:
     (an answer to one would be lost)."""
     ctx = runner.ctx
     now = ctx.clock.now()
+    me = runner.hub_id
 
     async def job(tx: Tx) -> list[Task]:
         t = tx.table("tasks").c
@@ -37,11 +44,14 @@ async def recover(runner: TaskRunner) -> list[Task]:
             # Channel row before task row: the lock order of every other task write.
             channel: Channel | None = await tx.get("channels", task.channel_id, for_update=True)
             row: Task = await tx.get("tasks", task.id, for_update=True)
-            if row.owner is not None:
+            if row.status != "running" or row.owner == me:
+                continue  # ended meanwhile, or this hub drives it
+            lease_ran_out = row.lease_until is not None and row.lease_until < now
+            if row.owner is not None and not lease_ran_out:
                 if row.owner not in alive:
                     alive[row.owner] = await ctx.store.is_alive(row.owner)
                 if alive[row.owner]:
-                    continue  # another live hub drives it (PostgreSQL)
+                    continue  # another live hub drives it and holds its lease (PostgreSQL)
             status = channel.status if channel is not None else None
             latest = channel.last_trigger_id if channel is not None else None
             end: EndReason = "interrupted"
@@ -50,7 +60,13 @@ async def recover(runner: TaskRunner) -> list[Task]:
                 end = d.stop_reason(status, latest, task.trigger_id)[1]
             error = STOPPED if end == "interrupted" else None
             await tx.update(
-                "tasks", task.id, status="finished", end_reason=end, error=error, finished=now
+                "tasks",
+                task.id,
+                status="finished",
+                end_reason=end,
+                error=error,
+                finished=now,
+                cancel_requested=True,
             )
             p = tx.table("pending_turns").c
             offered = await tx.select("pending_turns", p.task_id == task.id, p.status == "pending")
@@ -66,7 +82,13 @@ async def recover(runner: TaskRunner) -> list[Task]:
                 "task.interrupted" if end == "interrupted" else "task.finished",
                 actor="system",
                 subject=f"task:{task.id}",
-                payload={"end_reason": end, "recovered": True},
+                payload={
+                    "end_reason": end,
+                    "recovered": True,
+                    "owner": row.owner,
+                    "taken_over_by": me,
+                    "lease_ran_out": lease_ran_out,
+                },
             )
             ended.append(row.model_copy(update={"status": "finished", "end_reason": end}))
         return ended

@@ -1,0 +1,127 @@
+"""Leases on running discussions (P2): a task is taken over by another hub only when its owner
+is gone or its lease ran out; the hub that lost it stops at its next commit (the commit point
+refuses the reply) and does not write the task's end over the takeover's.
+
+The takeover is made by this hub's own runner under another hub id, as a second hub sharing the
+database would make it; the lease expiry follows the fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from unittest.mock import patch
+
+from parley.adapters.runtimes.scripted import ScriptedRuntime
+from parley.core.identity import Principal
+from parley.core.runtime import Turn
+from parley.service.channels import ChannelSpec
+from parley.service.hub import Hub
+from parley.testing import FakeClock, StaticRuntimes
+from tests.conftest import MakeAgent
+from tests.integration.discussion_support import invocations, messages, within
+
+OTHER_HUB = "01HUBTHATSHARESTHEDATABASE"
+
+
+def plain(turn: Turn) -> str:
+    return f"{turn.agent.id} r{turn.round}"
+
+
+async def start_parked(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> tuple[str, str, asyncio.Event]:
+    """A discussion whose first reply is parked between the provider's return and its commit;
+    returns the channel, the task and the event that lets the commit go on."""
+    for name in ("alpha", "beta"):
+        await make_agent(name, runtime={"kind": "scripted"})
+        runtimes.set(name, ScriptedRuntime(plain))
+    spec = ChannelSpec(name="leased", members=["alpha", "beta"], discussion_rounds=1)
+    channel_id = (await hub.channels.create(operator, spec)).id
+    parked: asyncio.Queue[Turn] = asyncio.Queue()
+    release = asyncio.Event()
+
+    async def before_commit(turn: Turn) -> None:
+        await parked.put(turn)
+        await release.wait()
+
+    hub.tasks.before_commit = before_commit
+    posted = await hub.channels.post(operator, channel_id, "Plan it")
+    await within(parked.get(), "alpha's reply before its commit")
+    assert posted.task_id is not None
+    return channel_id, posted.task_id, release
+
+
+async def take_over_as_another_hub(hub: Hub) -> list[str]:
+    with patch.object(hub.tasks, "hub_id", OTHER_HUB):
+        return [t.id for t in await hub.tasks.recover()]
+
+
+async def test_a_live_owner_within_its_lease_keeps_its_task(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    clock: FakeClock,
+) -> None:
+    _, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
+    clock.advance(hub.settings.lease_s - 1)
+    assert await take_over_as_another_hub(hub) == []
+    release.set()
+    await hub.tasks.wait_idle()
+    task = await hub.tasks.get(operator, task_id)
+    assert (task.end_reason, task.accepted) == ("max_rounds", 2)
+
+
+async def test_a_hub_that_lost_its_lease_stops_at_its_next_commit(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    clock: FakeClock,
+) -> None:
+    channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
+    # The owner is alive (its liveness lock is held) but stopped renewing: paused, say.
+    clock.advance(hub.settings.lease_s + 1)
+    assert await take_over_as_another_hub(hub) == [task_id]
+    taken = await hub.tasks.get(operator, task_id)
+    assert (taken.status, taken.end_reason, taken.cancel_requested) == (
+        "finished",
+        "interrupted",
+        True,
+    )
+
+    release.set()  # the old driver's reply reaches the commit point
+    await hub.tasks.wait_idle()
+    stored = await messages(hub, channel_id)
+    assert [m.sender_kind for m in stored] == ["human", "system"]  # no reply after the note
+    (call,) = await invocations(hub, task_id)
+    assert (call.outcome, call.reason) == ("rejected", "cancelled")
+    # The takeover's end stands; the old driver did not write its own over it.
+    task = await hub.tasks.get(operator, task_id)
+    assert (task.status, task.end_reason, task.finished) == (
+        "finished",
+        "interrupted",
+        taken.finished,
+    )
+
+
+async def test_renewing_finds_a_lost_lease_and_stops_driving(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    clock: FakeClock,
+) -> None:
+    _, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
+    live = hub.tasks.live[task_id]
+    await hub.tasks.renew_leases()
+    assert not live.cancel.is_set()  # still held: renewed
+    clock.advance(hub.settings.lease_s - 1)
+    assert await take_over_as_another_hub(hub) == []  # the renewal moved the expiry on
+
+    clock.advance(hub.settings.lease_s + 1)
+    assert await take_over_as_another_hub(hub) == [task_id]
+    await hub.tasks.renew_leases()
+    assert live.cancel.is_set()
+    release.set()
+    await hub.tasks.wait_idle()
