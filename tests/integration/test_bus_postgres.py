@@ -84,6 +84,18 @@ async def test_both_hubs_see_every_publish_once_in_commit_order(two_hubs: Any) -
     assert await _take(on_b, 1) == [{"n": 99}]
 
 
+async def test_the_publishes_of_one_transaction_arrive_in_their_order(two_hubs: Any) -> None:
+    (store_a, bus_a), (_, bus_b) = two_hubs
+    on_b = bus_b.subscribe(["channel:z"])
+
+    async def job(tx: Any) -> None:
+        for n in range(50):
+            bus_a.publish_on_commit(tx, "channel:z", {"n": n})
+
+    await store_a.write(job)
+    assert await _take(on_b, 50) == [{"n": n} for n in range(50)]
+
+
 async def test_equal_publishes_of_one_transaction_all_arrive(two_hubs: Any) -> None:
     (store_a, bus_a), (_, bus_b) = two_hubs
     on_b = bus_b.subscribe(["inbox:bob"])

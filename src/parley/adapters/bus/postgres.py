@@ -43,6 +43,10 @@ RECONNECT_MIN_S = 0.05
 RECONNECT_MAX_S = 2.0
 
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+# A function scan yields an array's elements in order: the notifications go out as queued.
+_NOTIFY_ALL = text(
+    "SELECT count(pg_notify(:channel, p)) FROM unnest(CAST(:payloads AS text[])) AS p"
+)
 
 log = logging.getLogger("parley.bus")
 
@@ -90,21 +94,28 @@ class PostgresBus:
 
     # -- publishing ------------------------------------------------------------------------------
     def _payload(self, topic: str, data: dict[str, Any]) -> str:
-        # The hub id and its own counter keep two equal events of one transaction apart
-        # (PostgreSQL folds identical notifications of a transaction into one).
-        body = json.dumps({"h": self.hub_id, "n": next(self._seq), "t": topic, "d": data})
-        if len(body.encode()) < MAX_PAYLOAD_BYTES:
-            return body
-        return json.dumps({"h": self.hub_id, "n": next(self._seq), "t": topic, "big": True})
+        # "<topic>\n<json>": a hub decodes only what some subscriber of it listens to. The hub
+        # id and its own counter keep two equal events of one transaction apart (PostgreSQL
+        # folds identical notifications of a transaction into one).
+        head = f"{topic}\n{self.hub_id}:{next(self._seq)}\n"
+        body = json.dumps(data, separators=(",", ":"))
+        if len(head.encode()) + len(body.encode()) < MAX_PAYLOAD_BYTES:
+            return head + body
+        return head  # too big for a notification: a bare nudge to re-read the store
 
     def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
-        payload = self._payload(topic, data)
         assert isinstance(tx, SqlTx)
+        queued: list[str] | None = getattr(tx, "_notifications", None)
+        if queued is None:
+            # One statement for all the transaction's notifications, just before its commit.
+            queued = []
+            tx._notifications = queued  # type: ignore[attr-defined]
 
-        async def notify() -> None:
-            await tx.conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload})
+            async def notify() -> None:
+                await tx.conn.execute(_NOTIFY_ALL, {"channel": CHANNEL, "payloads": queued})
 
-        tx.before_commit(notify)
+            tx.before_commit(notify)
+        queued.append(self._payload(topic, data))
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
         """Publish outside any transaction (e.g. a notice about something already committed)."""
@@ -120,16 +131,19 @@ class PostgresBus:
         return self.local.subscriber_count(topic)
 
     def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        try:
-            note = json.loads(payload)
-            topic = note["t"]
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignored a malformed bus notification")
-            return
-        if note.get("big"):
+        topic, _, rest = payload.partition("\n")
+        if topic not in self.local._subs:
+            return  # nobody here listens to it: not even decoded
+        _origin, _, body = rest.partition("\n")
+        if not body:
             self._refill((topic,))
-        else:
-            self.local.publish_nowait(topic, note["d"])
+            return
+        try:
+            data = json.loads(body)
+        except ValueError:
+            log.warning("ignored a malformed bus notification on %s", topic)
+            return
+        self.local.publish_nowait(topic, data)
 
     def _refill(self, topics: Iterable[str] | None = None) -> None:
         """Tell subscribers (of ``topics``, or all) to re-read from the store."""

@@ -662,6 +662,10 @@ class SqlStore:
             stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
         return stmt
 
+    async def begin_batch(self, tx: SqlTx) -> None:
+        """Prepare the transaction of a batch of several jobs (a dialect's hook)."""
+        return None
+
     async def mark_alive(self, owner: str) -> None:
         self._owner = owner
 
@@ -753,6 +757,8 @@ class SqlStore:
             # One transaction object for the whole batch, so the buffered inserts of all its
             # jobs go out as one executemany per table.
             async with self._write_connection() as conn, self._write_transaction(conn) as tx:
+                if len(batch) > 1:
+                    await self.begin_batch(tx)
                 for job, _ in batch:
                     results.append(await job(tx))
                 await tx.flush()
