@@ -9,9 +9,16 @@ database would make it; the lease expiry follows the fake clock.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 from unittest.mock import patch
 
+import asyncpg
+import pytest
+
+from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.adapters.runtimes.scripted import ScriptedRuntime
+from parley.bootstrap import build_hub
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
 from parley.service.channels import ChannelSpec
@@ -125,3 +132,63 @@ async def test_renewing_finds_a_lost_lease_and_stops_driving(
     assert live.cancel.is_set()
     release.set()
     await hub.tasks.wait_idle()
+
+
+async def _waiting_on_a_lock(url: str, pids: set[int]) -> bool:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+    finally:
+        await conn.close()
+    return any(r["pid"] not in pids for r in rows)
+
+
+async def test_a_reply_waiting_on_the_takeovers_lock_is_refused_when_it_commits(
+    backend: str,
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    clock: FakeClock,
+    tmp_path: Path,
+) -> None:
+    """Two hubs in one database. Hub B's takeover holds the channel row when hub A's reply
+    (A alive, past its lease) reaches its commit and waits on that row; once B commits, the
+    reply must be refused, although PostgreSQL re-checks it on the channel row alone."""
+    if backend != "postgres":
+        pytest.skip("two hubs share a database only on PostgreSQL")
+    channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
+    other = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
+    await other.start(background=False)
+    try:
+        noting = asyncio.Event()
+        go_on = asyncio.Event()
+        post_note = other.tasks.channels.post_as_system
+
+        async def slow_note(tx: Any, channel: str, text: str) -> Any:
+            noting.set()  # inside B's takeover transaction, the channel row locked
+            await go_on.wait()
+            return await post_note(tx, channel, text)
+
+        clock.advance(hub.settings.lease_s + 1)
+        with patch.object(other.tasks.channels, "post_as_system", slow_note):
+            takeover = asyncio.create_task(other.tasks.recover())
+            await within(noting.wait(), "B's takeover to hold the channel row")
+            release.set()  # A's reply goes to its commit and waits for the row
+            deadline = asyncio.get_running_loop().time() + 15
+            url = hub.settings.resolved_database_url()
+            while not await _waiting_on_a_lock(url, set()):
+                assert asyncio.get_running_loop().time() < deadline, "A's reply never waited"
+                await asyncio.sleep(0.01)
+            go_on.set()
+            assert [t.id for t in await within(takeover, "the takeover")] == [task_id]
+        await hub.tasks.wait_idle()
+        stored = await messages(hub, channel_id)
+        assert [m.sender_kind for m in stored] == ["human", "system"]
+        (call,) = await invocations(hub, task_id)
+        assert (call.outcome, call.reason) == ("rejected", "cancelled")
+    finally:
+        await other.stop()

@@ -299,6 +299,10 @@ class TaskRunner:
         if tx is None:
             async with self.ctx.store.read() as rtx:
                 return await self._stop_reason(task, rtx)
+        row: Task | None = await tx.get("tasks", task.id)
+        if row is not None and row.status == "finished" and row.end_reason is not None:
+            # Another hub took the task over and ended it (this hub lost its lease).
+            return "cancelled", row.end_reason
         channel: Channel | None = await tx.get("channels", task.channel_id)
         if channel is None:
             return d.stop_reason(None, None, task.trigger_id)
