@@ -192,3 +192,35 @@ async def test_a_reply_waiting_on_the_takeovers_lock_is_refused_when_it_commits(
         assert (call.outcome, call.reason) == ("rejected", "cancelled")
     finally:
         await other.stop()
+
+
+async def test_a_dead_hubs_task_is_taken_over_at_the_next_sweep_without_waiting_for_its_lease(
+    backend: str,
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    clock: FakeClock,
+    tmp_path: Path,
+) -> None:
+    if backend != "postgres":
+        pytest.skip("two hubs share a database only on PostgreSQL")
+    channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
+    other = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
+    await other.start(background=False)
+    try:
+        await other.sweep_leases()
+        assert (await other.tasks.get(operator, task_id)).status == "running"  # A is alive
+        # A's connection holding its liveness lock ends, as when its process is killed.
+        liveness = hub.store._liveness  # type: ignore[attr-defined]
+        await liveness.invalidate()
+        hub.store._liveness = None  # type: ignore[attr-defined]
+        await other.sweep_leases()  # the lease is still valid: the lock alone says A is gone
+        task = await other.tasks.get(operator, task_id)
+        assert (task.status, task.end_reason) == ("finished", "interrupted")
+        release.set()
+        await hub.tasks.wait_idle()
+        stored = await messages(hub, channel_id)
+        assert [m.sender_kind for m in stored] == ["human", "system"]
+    finally:
+        await other.stop()

@@ -216,9 +216,11 @@ class Hub:
         self.started = True
 
     async def sweep_leases(self) -> None:
-        """Take over the discussions and meetings other hubs can no longer drive."""
+        """Take over the discussions, meetings and worker turns other hubs can no longer drive:
+        end them with a reason (the same as a restart does)."""
         await self.tasks.recover()
         await self.meetings.recover()
+        await self.workers.recover()
         self.last_sweep = self.ctx.clock.monotonic()
 
     def sweep_health(self) -> str:
