@@ -67,7 +67,8 @@ class PostgresBus:
 
     def __init__(self, store: PostgresStore, max_queue: int = 10_000) -> None:
         self.store = store
-        self.hub_id = new_ulid()
+        # Names this process in its notifications (the hub's own id is made after the bus).
+        self.origin = new_ulid()
         self.local = MemoryBus(max_queue)
         self._seq = itertools.count(1)
         self._conn: asyncpg.Connection | None = None
@@ -75,7 +76,7 @@ class PostgresBus:
         self._lost = asyncio.Event()
         self._connected = asyncio.Event()
         self._closed = False
-        # Told apart for /readyz and tests: how often the listener came back after a loss.
+        # How often the listener came back after losing its connection (tests, logs).
         self.reconnects = 0
 
     # -- health ----------------------------------------------------------------------------------
@@ -94,10 +95,10 @@ class PostgresBus:
 
     # -- publishing ------------------------------------------------------------------------------
     def _payload(self, topic: str, data: dict[str, Any]) -> str:
-        # "<topic>\n<json>": a hub decodes only what some subscriber of it listens to. The hub
-        # id and its own counter keep two equal events of one transaction apart (PostgreSQL
-        # folds identical notifications of a transaction into one).
-        head = f"{topic}\n{self.hub_id}:{next(self._seq)}\n"
+        # "<topic>\n<origin>:<n>\n<json>": a hub decodes only what some subscriber of it
+        # listens to. The origin and its counter keep two equal events of one transaction apart
+        # (PostgreSQL folds identical notifications of a transaction into one).
+        head = f"{topic}\n{self.origin}:{next(self._seq)}\n"
         body = json.dumps(data, separators=(",", ":"))
         if len(head.encode()) + len(body.encode()) < MAX_PAYLOAD_BYTES:
             return head + body
