@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from tests.acceptance.test_crash_recovery import (
     tasks,
 )
 
+REMOTE_AGENT = Path(__file__).with_name("remote_agent.py")
 LEASE_S = 2.0
 SWEEP_S = 0.25
 WAIT_S = 20.0
@@ -353,3 +355,72 @@ async def test_kill_9_of_the_driving_hub_hands_the_discussion_over(
     # Within the lease expiry plus one sweep (the dead hub's lock frees at once; the margin
     # is for polling the task through a loaded machine).
     assert max(takeovers) < LEASE_S + SWEEP_S + 5.0, takeovers
+
+
+async def test_a_discussion_over_mcp_with_each_agent_on_another_hub(
+    cluster: list[HubProcess], tmp_path: Path
+) -> None:
+    """The initiator opens the discussion through hub A (which drives it); its members take
+    their turns over MCP through hubs B and C; the callback and the origin wake go through A."""
+    a, b, c = cluster
+    agents = {"ini": a, "bob": b, "cat": c}
+    tokens: dict[str, str] = {}
+    async with client(a.url, operator_token(a)) as op:
+        for name in agents:
+            workspace = tmp_path / "workspaces" / name
+            workspace.mkdir(parents=True)
+            r = await op.post(
+                "/v1/agents",
+                json={
+                    "id": name,
+                    "runtime": {"kind": "remote"},
+                    "workspace": str(workspace),
+                    "accepts_channels_from": ["ini"],
+                },
+            )
+            assert r.status_code == 201, r.text
+            tokens[name] = r.json()["token"]
+    procs: dict[str, asyncio.subprocess.Process] = {}
+    try:
+        for name, hub in agents.items():
+            args = ["--url", hub.url] + (["--open", "bob,cat"] if name == "ini" else [])
+            procs[name] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(REMOTE_AGENT),
+                *args,
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(sys.path),
+                    "PARLEY_TOKEN": tokens[name],
+                },
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        outs = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate() for p in procs.values())), 180
+        )
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    events: dict[str, list[dict[str, Any]]] = {}
+    for (name, proc), (out, err) in zip(procs.items(), outs, strict=True):
+        events[name] = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+        assert proc.returncode == 0, f"{name} failed: {events[name]}\n{err.decode()}"
+    opened = next(e for e in events["ini"] if e["event"] == "opened")
+    async with client(b.url, tokens["bob"]) as bob:
+        r = await bob.get(f"/v1/channels/{opened['channel_id']}/tasks")
+        assert r.status_code == 200, r.text
+        (task,) = r.json()
+        r = await bob.get(f"/v1/channels/{opened['channel_id']}")
+        channel = r.json()
+    assert (task["end_reason"], task["accepted"]) == ("unanimous", 6)
+    assert channel["status"] == "closed"
+    # Driven by the hub the initiator opened it through: the one that is neither B nor C.
+    async with client(c.url, operator_token(a)) as op_c:
+        r = await op_c.get("/v1/events", params={"subject": f"task:{task['id']}"})
+        assert r.status_code == 200, r.text
+    hubs = {e["hub_id"] for e in r.json()}
+    assert hubs == {task["owner"]}
