@@ -11,7 +11,7 @@ from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings
 from parley.core.errors import ConfigError
-from parley.core.ports import Clock, RuntimeSource, Store
+from parley.core.ports import Bus, Clock, RuntimeSource, Store
 from parley.private_files import secure_data_root
 from parley.service.hub import Hub
 
@@ -34,6 +34,18 @@ def build_store(settings: Settings) -> Store:
     )
 
 
+def build_bus(store: Store) -> Bus:
+    """LISTEN/NOTIFY on PostgreSQL, where several hubs may share the database; in-process on
+    SQLite, which one hub holds alone."""
+    if store.dialect == "postgresql":
+        from parley.adapters.bus.postgres import PostgresBus
+        from parley.adapters.store.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        return PostgresBus(store)
+    return MemoryBus()
+
+
 def default_runtimes() -> RuntimeSource:
     from parley.adapters.runtimes.factory import RuntimeRegistry
 
@@ -50,7 +62,7 @@ def build_hub(
     hub = Hub(
         settings,
         store=store,
-        bus=MemoryBus(),
+        bus=build_bus(store),
         workspace=LocalWorkspace(),
         clock=clock,
         runtimes=runtimes if runtimes is not None else default_runtimes(),

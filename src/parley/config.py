@@ -58,6 +58,19 @@ class Settings(BaseSettings):
         "broadcast, escalation to a meeting); 0: off, pulse only on request.",
     )
     turn_timeout_s: float = Field(default=120.0, gt=0)
+    lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a hub's hold (lease) on a running discussion lasts unless renewed; "
+        "it is renewed every third of that. With several hubs on one PostgreSQL, another hub "
+        "takes over a discussion whose lease ran out.",
+    )
+    lease_sweep_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between two looks (PostgreSQL) for discussions and meetings whose "
+        "hub died or whose lease ran out, to take them over.",
+    )
     worker_stale_after_s: float = Field(
         default=1500.0,
         gt=0,

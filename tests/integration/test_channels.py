@@ -15,7 +15,7 @@ import uvicorn
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
-from parley.core.ports import Bus, Store, Subscription
+from parley.core.ports import Bus, Store, Subscription, Tx
 from parley.core.runtime import Turn
 from parley.service.channels import ChannelSpec, channel_topic
 from parley.service.hub import Hub
@@ -36,12 +36,26 @@ class StoreCheckingBus:
         self.checked: list[tuple[str, bool]] = []
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
+        await self._check(topic, data)
+        await self.inner.publish(topic, data)
+
+    def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
+        # Asked as the transaction's announcements go out: never before its commit.
+        tx.after_commit(lambda: self._check(topic, data))
+        self.inner.publish_on_commit(tx, topic, data)
+
+    async def _check(self, topic: str, data: dict[str, Any]) -> None:
         if topic.startswith("channel:") and data.get("type") == "message":
             message_id = data["message"]["id"]
             async with self.store.read() as tx:
                 row = await tx.get("channel_messages", message_id)
             self.checked.append((message_id, row is not None))
-        await self.inner.publish(topic, data)
+
+    shared = False
+    state = "local"
+
+    async def start(self) -> None:
+        await self.inner.start()
 
     def subscribe(self, topics: Iterable[str]) -> Subscription:
         return self.inner.subscribe(topics)

@@ -118,7 +118,9 @@ class Task(BaseModel):
     failed_member: str | None = None
     error: str | None = None
     cancel_requested: bool = False
+    # The hub driving the task and until when it holds it unless it renews (P2).
     owner: str | None = None
+    lease_until: datetime | None = None
     created: datetime
     finished: datetime | None = None
 

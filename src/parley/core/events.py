@@ -20,3 +20,5 @@ class Event(BaseModel):
     span_id: str | None = None
     parent_span_id: str | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
+    # The hub process that recorded it: several may share one PostgreSQL database (P2).
+    hub_id: str | None = None

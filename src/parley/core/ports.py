@@ -40,6 +40,11 @@ class Tx(Protocol):
     channels, channel_messages, sessions, tasks, invocations, pending_turns, invitations."""
 
     def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None: ...
+    def before_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` inside this transaction, after every job of it, just before the
+        commit (a cluster bus announces the commit there)."""
+        ...
+
     def insert(self, name: str, record: BaseModel) -> None: ...
     async def get(self, name: str, key: str, *, for_update: bool = False) -> Any: ...
     async def update(self, name: str, key: str, **values: Any) -> int: ...
@@ -95,6 +100,10 @@ class Tx(Protocol):
     async def claim_channel_seq(
         self, channel_id: str, *, trigger_id: str, task_id: str, now: datetime
     ) -> int | None: ...
+    async def renew_task_leases(self, owner: str, until: datetime) -> list[str]:
+        """Extend the leases of the running tasks ``owner`` holds; return their ids."""
+        ...
+
     async def last_trigger_id(self, channel_id: str) -> str | None: ...
     async def channel_messages(
         self,
@@ -164,9 +173,23 @@ class Subscription(Protocol):
 
 class Bus(Protocol):
     """Live fan-out. Topics: ``inbox:<principal>``, ``channel:<id>``, ``turns:<agent>``,
-    ``hub``. A publish is only a nudge: the store stays the source of truth."""
+    ``hub``. A publish is only a nudge: the store stays the source of truth. ``shared``: other
+    hub processes publish on it too; ``state`` says how it is doing (``/readyz``)."""
+
+    shared: bool
+
+    @property
+    def state(self) -> str: ...
+    async def start(self) -> None:
+        """Start listening (the store is open by then)."""
+        ...
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None: ...
+    def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
+        """Publish once ``tx`` has committed, never if it rolls back; subscribers see the
+        publishes of several transactions in their commit order."""
+        ...
+
     def subscribe(self, topics: Iterable[str]) -> Subscription: ...
     async def close(self) -> None: ...
 

@@ -347,8 +347,7 @@ class Channels:
         )
         data = {"type": "message", "seq": seq, "message": message.model_dump(mode="json")}
         topic = channel_topic(channel_id)
-        bus = self.ctx.bus
-        tx.after_commit(lambda: bus.publish(topic, data))
+        self.ctx.bus.publish_on_commit(tx, topic, data)
         return message
 
     async def post(

@@ -14,9 +14,10 @@ from parley.core.ports import Bus, Clock, Page, Tx
 class EventLog:
     """Appends events inside the caller's transaction and publishes them after commit."""
 
-    def __init__(self, clock: Clock, bus: Bus) -> None:
+    def __init__(self, clock: Clock, bus: Bus, hub_id: str | None = None) -> None:
         self.clock = clock
         self.bus = bus
+        self.hub_id = hub_id
         # Told of every committed event (the hub's metrics count them).
         self.on_recorded: Callable[[Event], None] | None = None
 
@@ -42,10 +43,11 @@ class EventLog:
             span_id=span_id,
             parent_span_id=parent_span_id,
             payload=payload or {},
+            hub_id=self.hub_id,
         )
         tx.insert("events", event)
         data = {"type": "event", "event": event.model_dump(mode="json")}
-        tx.after_commit(lambda: self.bus.publish("hub", data))
+        self.bus.publish_on_commit(tx, "hub", data)
         if self.on_recorded is not None:
             tx.after_commit(functools.partial(self.on_recorded, event))
         return event

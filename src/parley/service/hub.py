@@ -67,7 +67,7 @@ class Hub:
             bus=bus,
             clock=clock,
             settings=settings,
-            events=EventLog(clock, bus),
+            events=EventLog(clock, bus, self.id),
             workspace=workspace,
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
@@ -108,6 +108,8 @@ class Hub:
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False
+        self.last_sweep = 0.0
+        self._sweeping = False
 
     @property
     def store(self) -> Store:
@@ -187,10 +189,17 @@ class Hub:
         dead hub left running, start the sweeps."""
         await self.ctx.store.open()
         await self.ctx.store.mark_alive(self.id)
+        await self.ctx.bus.start()
+        if self.ctx.bus.shared:
+            # Other hubs change principals and revoke tokens: forget what they changed.
+            self._background.append(
+                asyncio.create_task(self.identity.follow_changes(), name="parley-identity")
+            )
         self.operator_token = await self.identity.bootstrap_operator()
         await self.tasks.recover()
         await self.meetings.recover()
         await self.workers.recover()
+        self.last_sweep = self.ctx.clock.monotonic()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
             self._every(self.settings.stale_sweep_s, self.discussions.remind_stale, "stale")
@@ -198,7 +207,29 @@ class Hub:
                 self._every(self.settings.worker_health_sweep_s, self.workers.sweep_stale, "health")
             if self.settings.room_pulse_s > 0:
                 self._every(self.settings.room_pulse_s, self.pulse.pulse_all, "pulse")
+            if self.settings.is_postgres:
+                # Other hubs may share the store: hold the leases of this hub's discussions, and
+                # take over those of hubs that died or stopped renewing (P2).
+                self._every(self.settings.lease_s / 3, self.tasks.renew_leases, "lease")
+                self._every(self.settings.lease_sweep_s, self.sweep_leases, "takeover")
+                self._sweeping = True
         self.started = True
+
+    async def sweep_leases(self) -> None:
+        """Take over the discussions, meetings and worker turns other hubs can no longer drive:
+        end them with a reason (the same as a restart does)."""
+        await self.tasks.recover()
+        await self.meetings.recover()
+        await self.workers.recover()
+        self.last_sweep = self.ctx.clock.monotonic()
+
+    def sweep_health(self) -> str:
+        """``off`` (one hub: SQLite), ``ok``, or ``late`` when the lease sweep has not run for
+        two of its intervals (it keeps failing: dead hubs' discussions are not taken over)."""
+        if not (self.started and self._sweeping):
+            return "off"
+        since = self.ctx.clock.monotonic() - self.last_sweep
+        return "ok" if since <= 2 * self.settings.lease_sweep_s + 1 else "late"
 
     def _every(self, seconds: float, fn: Callable[[], Awaitable[object]], name: str) -> None:
         async def loop() -> None:
@@ -218,6 +249,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._background.clear()
+        self._sweeping = False
         await self.meetings.stop_all()
         await self.tasks.stop()
         await self.runtimes.aclose()

@@ -52,6 +52,8 @@ class Created(BaseModel):
 
 
 TOKENS_REVOKED = "tokens_revoked"
+# Changes of principals and rotations of their tokens, for the caches of every hub.
+PRINCIPALS_TOPIC = "principals"
 
 
 def revocation_topic(principal_id: str) -> str:
@@ -177,6 +179,32 @@ class Identity:
     def forget(self, principal_id: str) -> None:
         self._principals.pop(principal_id, None)
 
+    async def follow_changes(self) -> None:
+        """Keep this hub's caches true while other hubs share the store: drop a principal
+        another hub changed, and its tokens when they were rotated. A subscriber that fell
+        behind drops everything."""
+        sub = self.ctx.bus.subscribe([PRINCIPALS_TOPIC])
+        try:
+            while True:
+                data = await sub.get()
+                if data.get("type") == "overflow":
+                    self._revocations += 1
+                    self._tokens.clear()
+                    self._principals.clear()
+                    continue
+                principal_id = str(data.get("principal_id"))
+                self._principals.pop(principal_id, None)
+                if data.get("rotated"):
+                    self._revocations += 1
+                    self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+        finally:
+            await sub.close()
+
+    def _changed(self, tx: Tx, principal_id: str, *, rotated: bool = False) -> None:
+        """Tell the hubs sharing the store (this one too) that a principal changed."""
+        data = {"principal_id": principal_id, "rotated": rotated}
+        self.ctx.bus.publish_on_commit(tx, PRINCIPALS_TOPIC, data)
+
     # -- consent ------------------------------------------------------------------------------
     async def set_consent(
         self, caller: Principal, agent_id: str, accepts_channels_from: Sequence[str]
@@ -190,6 +218,7 @@ class Identity:
             if agent is None or agent.kind != "agent":
                 raise NotFound(f"no agent {agent_id!r}", code="principal_not_found")
             await tx.update("principals", agent_id, accepts_channels_from=allowed)
+            self._changed(tx, agent_id)
             self.ctx.events.record(
                 tx,
                 "agent.consent_changed",
@@ -361,6 +390,7 @@ class Identity:
                 payload={"rotate": rotate},
             )
             if rotate:
+                self._changed(tx, principal_id, rotated=True)
                 tx.after_commit(lambda: self._revoked(principal_id))
 
         await self.ctx.store.write(job)

@@ -232,8 +232,7 @@ class Mail:
     def _announce(self, tx: Tx, recipient_id: str, data: dict[str, Any]) -> None:
         """Publish to the recipient's inbox topic once the transaction has committed."""
         topic = inbox_topic(recipient_id)
-        bus = self.ctx.bus
-        tx.after_commit(lambda: bus.publish(topic, data))
+        self.ctx.bus.publish_on_commit(tx, topic, data)
 
     async def _require_recipient(self, tx: Tx, principal_id: str) -> Principal:
         found = await self.identity.get(principal_id, tx)

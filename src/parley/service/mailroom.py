@@ -167,8 +167,7 @@ class Mailroom:
         """Push imported mail to live inbox streams once the import has committed."""
         topic = inbox_topic(msg.recipient_id)
         data = {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")}
-        bus = self.ctx.bus
-        tx.after_commit(lambda: bus.publish(topic, data))
+        self.ctx.bus.publish_on_commit(tx, topic, data)
 
 
 def _parse_storable(

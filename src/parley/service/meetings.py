@@ -233,8 +233,7 @@ class Meetings:
     def _publish(self, tx: Tx, meeting: Meeting) -> None:
         data = {"type": "meeting", "meeting": meeting.model_dump(mode="json")}
         topic = channel_topic(meeting.channel_id)
-        bus = self.ctx.bus
-        tx.after_commit(lambda: bus.publish(topic, data))
+        self.ctx.bus.publish_on_commit(tx, topic, data)
 
     def launch(self, meeting: Meeting) -> None:
         live = _Live(meeting.id)

@@ -1,4 +1,10 @@
-"""What a starting hub does with the tasks a hub that is gone left running (Q4).
+"""What a hub does with the tasks another hub left running (Q4, P2): at start, and on every
+lease sweep when several hubs share a PostgreSQL database.
+
+A task is taken over when the hub that drives it is gone (its liveness lock is free: it died or
+was killed) or its lease ran out (it stopped renewing: paused, or cut off from the store). Taking
+over ends the task and flags it cancelled in the same transaction, so a reply its old driver still
+tries to commit is refused at the commit point (C10), and the old driver's own end is not written.
 
 A task that had already been told to stop (superseded, cancelled, its channel closed or deleted)
 ends the way it was told to, not as ``interrupted``: the crash only kept it from writing its
@@ -21,27 +27,44 @@ STOPPED = "the hub stopped while the task ran"
 
 
 async def recover(runner: TaskRunner) -> list[Task]:
-    """End the tasks of dead hubs; return them. Remote agents' turns they offered are withdrawn
-    (an answer to one would be lost)."""
+    """End the tasks of hubs that are gone or whose lease ran out; return them. Remote agents'
+    turns they offered are withdrawn (an answer to one would be lost)."""
     ctx = runner.ctx
     now = ctx.clock.now()
+    me = runner.hub_id
+    # Each owner is asked once (PostgreSQL asks the server): a dead hub leaves many tasks.
+    alive: dict[str, bool] = {}
+
+    async def orphaned(task: Task) -> bool:
+        if task.status != "running" or task.owner == me:
+            return False  # ended meanwhile, or this hub drives it
+        if task.lease_until is not None and task.lease_until < now:
+            return True  # its hub stopped renewing (paused, cut off from the store)
+        if task.owner is None:
+            return True
+        if task.owner not in alive:
+            alive[task.owner] = await ctx.store.is_alive(task.owner)
+        return not alive[task.owner]
+
+    # Look without locks first: a sweep runs every few seconds on every hub, and most of the
+    # time every running task has a live hub holding its lease.
+    async with ctx.store.read() as rtx:
+        t = rtx.table("tasks").c
+        running: list[Task] = await rtx.select("tasks", t.status == "running", order_by=[t.id])
+    candidates = [task for task in running if await orphaned(task)]
+    if not candidates:
+        return []
 
     async def job(tx: Tx) -> list[Task]:
-        t = tx.table("tasks").c
-        stale: list[Task] = await tx.select("tasks", t.status == "running", order_by=[t.id])
         ended: list[Task] = []
         noted: set[str] = set()
-        # Each owner is asked once (PostgreSQL asks the server): a dead hub leaves many tasks.
-        alive: dict[str, bool] = {}
-        for task in stale:
+        for task in candidates:
             # Channel row before task row: the lock order of every other task write.
             channel: Channel | None = await tx.get("channels", task.channel_id, for_update=True)
             row: Task = await tx.get("tasks", task.id, for_update=True)
-            if row.owner is not None:
-                if row.owner not in alive:
-                    alive[row.owner] = await ctx.store.is_alive(row.owner)
-                if alive[row.owner]:
-                    continue  # another live hub drives it (PostgreSQL)
+            if row.owner != task.owner or not await orphaned(row):
+                continue  # ended, or renewed, since the look
+            lease_ran_out = row.lease_until is not None and row.lease_until < now
             status = channel.status if channel is not None else None
             latest = channel.last_trigger_id if channel is not None else None
             end: EndReason = "interrupted"
@@ -50,8 +73,20 @@ async def recover(runner: TaskRunner) -> list[Task]:
                 end = d.stop_reason(status, latest, task.trigger_id)[1]
             error = STOPPED if end == "interrupted" else None
             await tx.update(
-                "tasks", task.id, status="finished", end_reason=end, error=error, finished=now
+                "tasks",
+                task.id,
+                status="finished",
+                end_reason=end,
+                error=error,
+                finished=now,
+                cancel_requested=True,
             )
+            if latest == task.trigger_id:
+                # A reply of the old driver may already wait on the channel row's lock; when
+                # this commits, PostgreSQL re-checks that reply's condition on the channel row
+                # alone, not on the task's new flag. Its trigger no longer being the channel's
+                # latest is what refuses it then (C10's check, docs/cluster.md).
+                await tx.update("channels", task.channel_id, last_trigger_id=None)
             p = tx.table("pending_turns").c
             offered = await tx.select("pending_turns", p.task_id == task.id, p.status == "pending")
             for turn in offered:
@@ -59,14 +94,20 @@ async def recover(runner: TaskRunner) -> list[Task]:
             if end == "interrupted" and status == "active" and task.channel_id not in noted:
                 noted.add(task.channel_id)
                 await runner.channels.post_as_system(
-                    tx, task.channel_id, d.interrupted("the hub restarted while it ran")
+                    tx, task.channel_id, d.interrupted("the hub driving it stopped")
                 )
             ctx.events.record(
                 tx,
                 "task.interrupted" if end == "interrupted" else "task.finished",
                 actor="system",
                 subject=f"task:{task.id}",
-                payload={"end_reason": end, "recovered": True},
+                payload={
+                    "end_reason": end,
+                    "recovered": True,
+                    "owner": row.owner,
+                    "taken_over_by": me,
+                    "lease_ran_out": lease_ran_out,
+                },
             )
             ended.append(row.model_copy(update={"status": "finished", "end_reason": end}))
         return ended

@@ -52,8 +52,6 @@ from parley.service.identity import Identity
 
 log = logging.getLogger("parley.tasks")
 
-LEASE_S = 120.0
-
 
 @dataclass
 class TurnOutcome:
@@ -203,11 +201,10 @@ class TaskRunner:
             members=speakers,
             rounds=1 if mode == "wake" else channel.discussion_rounds,
             owner=self.hub_id,
+            lease_until=now + timedelta(seconds=self.ctx.settings.lease_s),
             created=now,
         )
         tx.insert("tasks", task)
-        await tx.flush()
-        await tx.update("tasks", task.id, lease_until=now + timedelta(seconds=LEASE_S))
         self.ctx.events.record(
             tx,
             "task.started",
@@ -237,8 +234,7 @@ class TaskRunner:
     def _publish_task(self, tx: Tx, task: Task) -> None:
         data = {"type": "task", "task": task.model_dump(mode="json")}
         topic = channel_topic(task.channel_id)
-        bus = self.ctx.bus
-        tx.after_commit(lambda: bus.publish(topic, data))
+        self.ctx.bus.publish_on_commit(tx, topic, data)
 
     # -- the loop ---------------------------------------------------------------------------------
     async def _run(self, live: _Live) -> None:
@@ -313,6 +309,10 @@ class TaskRunner:
         if tx is None:
             async with self.ctx.store.read() as rtx:
                 return await self._stop_reason(task, rtx)
+        row: Task | None = await tx.get("tasks", task.id)
+        if row is not None and row.status == "finished" and row.end_reason is not None:
+            # Another hub took the task over and ended it (this hub lost its lease).
+            return "cancelled", row.end_reason
         channel: Channel | None = await tx.get("channels", task.channel_id)
         if channel is None:
             return d.stop_reason(None, None, task.trigger_id)
@@ -331,7 +331,7 @@ class TaskRunner:
                 current_round=number,
                 calls=task.calls,
                 accepted=task.accepted,
-                lease_until=now + timedelta(seconds=LEASE_S),
+                lease_until=now + timedelta(seconds=self.ctx.settings.lease_s),
             )
             task.current_round = number
             self._publish_task(tx, task)
@@ -594,11 +594,15 @@ class TaskRunner:
     ) -> None:
         now = self.ctx.clock.now()
 
-        async def job(tx: Tx) -> Task:
+        async def job(tx: Tx) -> Task | None:
             # Lock the channel row before the task row, in the same order as a trigger and a
             # reply commit take them; the reverse order deadlocks against a concurrent post on
             # PostgreSQL, and a lost finish would leave the task "running" for ever.
             channel = await tx.get_channel(task.channel_id, for_update=True)
+            row: Task | None = await tx.get("tasks", task.id, for_update=True)
+            if row is None or row.status != "running":
+                # Another hub took the task over (this hub lost its lease) and ended it.
+                return None
             await tx.update(
                 "tasks",
                 task.id,
@@ -648,6 +652,8 @@ class TaskRunner:
             return done
 
         done = await self.ctx.store.write(job)
+        if done is None:
+            return
         for callback in self.on_finished:
             with contextlib.suppress(Exception):
                 await callback(done)
@@ -700,8 +706,25 @@ class TaskRunner:
         await runners.wait_all(self.live)
 
     async def recover(self) -> list[Task]:
-        """On start: end the tasks left running by a hub that is gone (Q4, task_recovery)."""
+        """End the tasks of hubs that are gone or whose lease ran out: on start, and on every
+        lease sweep when several hubs share the store (Q4, P2, task_recovery)."""
         return await task_recovery.recover(self)
+
+    async def renew_leases(self) -> None:
+        """Extend this hub's hold on its running tasks; stop driving any it no longer holds
+        (another hub took it over while this one was paused or cut off from the store)."""
+        until = self.ctx.clock.now() + timedelta(seconds=self.ctx.settings.lease_s)
+
+        # Only tasks launched before the renewal: a task is launched once its row committed.
+        driving = list(self.live.items())
+
+        async def job(tx: Tx) -> list[str]:
+            return await tx.renew_task_leases(self.hub_id, until)
+
+        held = set(await self.ctx.store.write(job))
+        for task_id, live in driving:
+            if task_id not in held:
+                live.cancel.set()
 
     async def stop(self) -> None:
         await runners.cancel_all(self.live)

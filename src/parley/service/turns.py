@@ -19,7 +19,7 @@ from parley.core.errors import (
     RuntimeFailure,
 )
 from parley.core.identity import Principal
-from parley.core.ports import Tx
+from parley.core.ports import Subscription, Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
 from parley.service.channels import check_content
 from parley.service.context import ServiceContext
@@ -33,13 +33,18 @@ def turns_topic(agent_id: str) -> str:
     return f"turns:{agent_id}"
 
 
+def answer_topic(turn_id: str) -> str:
+    """Where an answer to a turn is announced: the hub that offered the turn may not be the one
+    the agent answers through."""
+    return f"answer:{turn_id}"
+
+
 class Turns:
     """Pending turns of remote agents."""
 
     def __init__(self, ctx: ServiceContext, mail: Mail) -> None:
         self.ctx = ctx
         self.mail = mail
-        self._waiters: dict[str, asyncio.Future[str]] = {}
 
     # -- the hub side: offer a turn and wait ----------------------------------------------------
     async def offer(self, turn: Turn) -> TurnResult:
@@ -65,9 +70,8 @@ class Turns:
             deadline=now + timedelta(seconds=turn.timeout_s),
             created=now,
         )
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[str] = loop.create_future()
-        self._waiters[pending.id] = answer
+        # Subscribe before the turn is offered, so an answer through any hub is heard.
+        sub = self.ctx.bus.subscribe([answer_topic(pending.id)])
 
         async def job(tx: Tx) -> None:
             tx.insert("pending_turns", pending)
@@ -82,11 +86,11 @@ class Turns:
             )
             data = {"type": "turn", "turn": pending.model_dump(mode="json")}
             topic = turns_topic(pending.agent_id)
-            bus = self.ctx.bus
-            tx.after_commit(lambda: bus.publish(topic, data))
+            self.ctx.bus.publish_on_commit(tx, topic, data)
 
         try:
             await self.ctx.store.write(job)
+            answer = asyncio.ensure_future(self._answered(pending.id, sub))
             cancelled: asyncio.Future[Any] = asyncio.ensure_future(turn.cancel.wait())
             both: set[asyncio.Future[Any]] = {answer, cancelled}
             try:
@@ -95,6 +99,7 @@ class Turns:
                 )
             finally:
                 cancelled.cancel()
+                answer.cancel()
             if answer in done:
                 return TurnResult(text=answer.result(), model_route=f"remote:{turn.agent.id}")
             if cancelled in done:
@@ -117,7 +122,16 @@ class Turns:
                 model_route=f"remote:{turn.agent.id}",
             )
         finally:
-            self._waiters.pop(pending.id, None)
+            await sub.close()
+
+    async def _answered(self, turn_id: str, sub: Subscription) -> str:
+        """The answer to the turn once it is stored; an announcement is only a nudge to look."""
+        while True:
+            await sub.get()
+            async with self.ctx.store.read() as tx:
+                row: PendingTurn | None = await tx.get("pending_turns", turn_id)
+            if row is not None and row.status == "answered" and row.answer is not None:
+                return row.answer
 
     async def _close(self, turn_id: str, status: str) -> None:
         async def job(tx: Tx) -> None:
@@ -225,6 +239,7 @@ class Turns:
                     await tx.update("pending_turns", turn_id, status="superseded")
                     return turn, "superseded"
             await tx.update("pending_turns", turn_id, status="answered", answer=text)
+            self.ctx.bus.publish_on_commit(tx, answer_topic(turn_id), {"type": "answered"})
             return turn.model_copy(update={"status": "answered", "answer": text}), None
 
         turn, refused = await self.ctx.store.write(job)
@@ -240,9 +255,6 @@ class Turns:
                 code=f"turn_{refused}",
             )
         assert turn is not None
-        waiter = self._waiters.get(turn_id)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(text)
         return turn
 
 

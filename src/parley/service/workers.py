@@ -204,13 +204,8 @@ class Workers:
 
     def publish(self, tx: Tx, worker: Worker) -> None:
         data = {"type": "worker", "worker": worker.model_dump(mode="json")}
-        bus = self.ctx.bus
-
-        async def send() -> None:
-            await bus.publish(worker_topic(worker.id), data)
-            await bus.publish(WORKERS_TOPIC, data)
-
-        tx.after_commit(send)
+        self.ctx.bus.publish_on_commit(tx, worker_topic(worker.id), data)
+        self.ctx.bus.publish_on_commit(tx, WORKERS_TOPIC, data)
 
     # -- turns ------------------------------------------------------------------------------------
     async def trigger(

@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from parley.core.ports import Tx
+
 OVERFLOW = {"type": "overflow"}
 
 
@@ -30,6 +32,12 @@ class MemorySubscription:
             self._queue.put_nowait(OVERFLOW)
             return
         self._queue.put_nowait(data)
+
+    def _put_overflow(self) -> None:
+        """Make the subscriber re-read from the store (whatever it was told is stale)."""
+        if not self._overflowed:
+            self._overflowed = True
+            self._queue.put_nowait(OVERFLOW)
 
     async def get(self) -> dict[str, Any]:
         item = await self._queue.get()
@@ -59,12 +67,22 @@ class MemorySubscription:
 class MemoryBus:
     """The default bus for a single hub process."""
 
+    shared = False
+    state = "local"
+
     def __init__(self, max_queue: int = 10_000) -> None:
         self._subs: dict[str, set[MemorySubscription]] = defaultdict(set)
         self._max_queue = max_queue
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
         self.publish_nowait(topic, data)
+
+    async def start(self) -> None:
+        return None
+
+    def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
+        # One process: the commit order is the order of after-commit callbacks.
+        tx.after_commit(lambda: self.publish(topic, data))
 
     def publish_nowait(self, topic: str, data: dict[str, Any]) -> None:
         for sub in tuple(self._subs.get(topic, ())):

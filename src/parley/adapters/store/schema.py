@@ -63,6 +63,7 @@ events = Table(
     Column("span_id", String(64)),
     Column("parent_span_id", String(64)),
     Column("payload", JSON, nullable=False),
+    Column("hub_id", String(32)),
     Index("ix_events_subject", "subject"),
     Index("ix_events_type", "type"),
 )

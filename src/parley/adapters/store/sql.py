@@ -190,11 +190,16 @@ class SqlTx:
         self.direct = direct
         self._pending: dict[str, list[dict[str, Any]]] = {}
         self._after: list[Callable[[], Awaitable[None] | None]] = []
+        self._before: list[Callable[[], Awaitable[None]]] = []
 
     # -- plumbing ---------------------------------------------------------------------------
     def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None:
         """Run ``callback`` once this transaction has committed (never if it rolls back)."""
         self._after.append(callback)
+
+    def before_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` in this transaction once its jobs are done, just before commit."""
+        self._before.append(callback)
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, {}
@@ -522,6 +527,18 @@ class SqlTx:
         seq = (await self._exec_built(_CLAIM_SEQ, params)).scalar()
         return None if seq is None else int(seq)
 
+    async def renew_task_leases(self, owner: str, until: datetime) -> list[str]:
+        """Extend the leases of the running tasks ``owner`` still holds, in one statement;
+        return their ids (a task missing from them was taken over)."""
+        t = s.tasks.c
+        result = await self._exec(
+            update(s.tasks)
+            .where(t.owner == owner, t.status == "running")
+            .values(lease_until=until)
+            .returning(t.id)
+        )
+        return [str(row[0]) for row in result]
+
     async def last_trigger_id(self, channel_id: str) -> str | None:
         c = s.channels.c
         stmt = self.store.lock_row(select(c.last_trigger_id).where(c.id == channel_id))
@@ -650,6 +667,10 @@ class SqlStore:
             stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
         return stmt
 
+    async def begin_batch(self, tx: SqlTx) -> None:
+        """Prepare the transaction of a batch of several jobs (a dialect's hook)."""
+        return None
+
     async def mark_alive(self, owner: str) -> None:
         self._owner = owner
 
@@ -741,9 +762,13 @@ class SqlStore:
             # One transaction object for the whole batch, so the buffered inserts of all its
             # jobs go out as one executemany per table.
             async with self._write_connection() as conn, self._write_transaction(conn) as tx:
+                if len(batch) > 1:
+                    await self.begin_batch(tx)
                 for job, _ in batch:
                     results.append(await job(tx))
                 await tx.flush()
+                for before in tx._before:
+                    await before()
                 afters = tx._after
         except Exception as exc:
             if len(batch) > 1 or (not final and _transient(exc)):

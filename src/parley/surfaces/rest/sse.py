@@ -12,6 +12,7 @@ a big inbox holds one page, not the inbox.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
 
 PAGE_ROWS = 200
+# Live ids a ``late_ids`` stream remembers to drop repeats: far more than can commit out of order
+# in the moment between a backfill and the first live event.
+LATE_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,41 @@ def seq_position(event_id: str | None) -> str | None:
     return event_id if int(event_id) <= MAX_SEQ else None
 
 
+class _Position:
+    """Where a stream stands: which items it has sent, so that none is sent twice."""
+
+    def __init__(
+        self,
+        after: str | None,
+        order: Sortable,
+        allow_equal: Callable[[SseItem], bool] | None,
+        late_ids: bool,
+    ) -> None:
+        self.last = after
+        self.order = order
+        self.allow_equal = allow_equal
+        self.recent: deque[str] | None = deque(maxlen=LATE_MEMORY) if late_ids else None
+
+    def admit(self, item: SseItem, *, live: bool) -> bool:
+        """Whether to send ``item`` (and note it sent)."""
+        order, last = self.order, self.last
+        if self.recent is not None and live:
+            if item.id in self.recent:
+                return False
+        elif last is not None:
+            if order(item.id) < order(last):
+                return False
+            if order(item.id) == order(last) and not (
+                self.allow_equal is not None and self.allow_equal(item)
+            ):
+                return False
+        if last is None or order(item.id) > order(last):
+            self.last = item.id
+        if self.recent is not None:
+            self.recent.append(item.id)
+        return True
+
+
 def stream(
     request: Request,
     bus: Bus,
@@ -70,33 +109,34 @@ def stream(
     on_sent: Callable[[list[SseItem]], Awaitable[None]] | None = None,
     allow_equal: Callable[[SseItem], bool] | None = None,
     until: Callable[[SseItem], bool] | None = None,
+    late_ids: bool = False,
     ping_s: int = 15,
 ) -> EventSourceResponse:
     """Stream backfill then live items, skipping any at or before the last id sent (items for
     which ``allow_equal`` is true may share the last id, e.g. status updates). The stream ends
-    after an item for which ``until`` is true (e.g. the last state of something that ended)."""
+    after an item for which ``until`` is true (e.g. the last state of something that ended).
+
+    ``late_ids``: ids are unique but not in commit order (event ULIDs made by several hubs
+    sharing one database: an event made first may commit last). A live item is then skipped
+    only if it was already sent, remembered for the last ``LATE_MEMORY`` items."""
     sub = bus.subscribe(topics)
     subscribers = request.app.state.hub.ctx.metrics.sse_subscribers
 
     async def events() -> AsyncIterator[dict[str, str]]:
-        last = after
+        pos = _Position(after, order, allow_equal, late_ids)
+        live = False
         subscribers.inc()
         try:
             refill = True
             while True:
                 if refill:
-                    page = await backfill(last)
+                    page = await backfill(pos.last)
                     pending, more = page.items, page.more
+                    live = False
                 sent: list[SseItem] = []
                 for item in pending:
-                    if last is not None:
-                        if order(item.id) < order(last):
-                            continue
-                        if order(item.id) == order(last) and not (
-                            allow_equal is not None and allow_equal(item)
-                        ):
-                            continue
-                    last = item.id
+                    if not pos.admit(item, live=live):
+                        continue
                     sent.append(item)
                     yield {"id": item.id, "event": item.event, "data": json.dumps(item.data)}
                     if until is not None and until(item):
@@ -117,6 +157,7 @@ def stream(
                 if not refill:
                     pending = [it for it in (from_live(d) for d in batch) if it is not None]
                     more = False
+                    live = True
         finally:
             subscribers.dec()
             await sub.close()

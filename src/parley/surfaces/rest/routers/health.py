@@ -20,6 +20,8 @@ class Health(BaseModel):
 class Ready(BaseModel):
     status: str
     store: str
+    bus: str = "local"
+    lease_sweep: str = "off"
 
 
 @router.get("/healthz", response_model=Health)
@@ -30,10 +32,19 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Ready, responses={503: {"model": Ready}})
 async def readyz(hub: HubDep) -> Ready | JSONResponse:
-    """The hub is started and its store answers."""
+    """The hub is started, its store answers, its bus listens (several hubs on PostgreSQL)
+    and its lease sweep runs."""
     try:
         async with hub.store.read() as tx:
             await tx.get("principals", "operator")
     except Exception:
         return JSONResponse({"status": "unavailable", "store": hub.store.dialect}, status_code=503)
-    return Ready(status="ready" if hub.started else "starting", store=hub.store.dialect)
+    # A hub whose bus does not listen serves requests but misses other hubs' events: its
+    # streams and long polls would hang, so it is not ready.
+    bus = hub.bus.state
+    sweep = hub.sweep_health()
+    status = "ready" if hub.started else "starting"
+    body = Ready(status=status, store=hub.store.dialect, bus=bus, lease_sweep=sweep)
+    if bus == "reconnecting" or sweep == "late":
+        return JSONResponse(body.model_copy(update={"status": "degraded"}).model_dump(), 503)
+    return body
