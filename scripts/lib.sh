@@ -37,3 +37,18 @@ ensure_venv() {
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
     echo "$want" >>"$stamp"
 }
+
+# ensure_browser: Debian's chromium for the web UI's browser tests (Playwright cannot download a
+# browser here). Installed with apt when missing and we may; otherwise say what to do.
+ensure_browser() {
+    command -v "${PARLEY_TEST_CHROMIUM:-chromium}" >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing Debian's chromium for the web UI tests" >&2
+        apt-get update -qq </dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium </dev/null
+        return 0
+    fi
+    echo "the web UI tests need Chromium: install Debian's chromium package" \
+        "(or set PARLEY_TEST_CHROMIUM to a Chromium binary)" >&2
+    return 1
+}

@@ -8,6 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=${PARLEY_VENV:-.venv}
 ensure_venv "$VENV" '.[dev]'
+ensure_browser
 PY=$VENV/bin/python
 PG_URL=${PARLEY_TEST_PG_URL:-postgresql://postgres@127.0.0.1:5432/test}
 
