@@ -349,6 +349,27 @@ async def test_recovery_interrupts_running_workers_and_flags_orphans(
     assert types[-2:] == ["worker.interrupted", "worker.orphaned"]
 
 
+async def test_the_lease_sweep_leaves_an_independent_child_of_a_cancelled_parent_running(
+    hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    lead = await scripted(make_agent, runtimes, "lead")
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="go"))
+    await hub.tasks.wait_idle()
+    lead.gate("independent work")
+    child = await hub.workers.spawn(
+        operator, root.id, SpawnSpec(prompt="independent work", independent=True)
+    )
+    await lead.started["independent work"].wait()
+    await hub.workers.cancel(operator, root.id)
+    # Every hub sweeps every few seconds while it runs (P2): the child's parent is gone, but the
+    # child was spawned to outlive it (W4), and its hub is alive.
+    await hub.sweep_leases()
+    assert (await hub.workers.get(operator, child.id)).state == "running"
+    lead.gates["independent work"].set()
+    await hub.tasks.wait_idle()
+    assert (await hub.workers.get(operator, child.id)).state == "completed"
+
+
 async def test_a_person_posting_to_a_worker_starts_a_turn_that_reads_its_session_mail(
     hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:

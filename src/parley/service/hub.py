@@ -217,10 +217,10 @@ class Hub:
 
     async def sweep_leases(self) -> None:
         """Take over the discussions, meetings and worker turns other hubs can no longer drive:
-        end them with a reason (the same as a restart does)."""
+        end them with a reason (as a restart does; a restart also flags orphaned workers)."""
         await self.tasks.recover()
         await self.meetings.recover()
-        await self.workers.recover()
+        await self.workers.recover(at_start=False)
         self.last_sweep = self.ctx.clock.monotonic()
 
     def sweep_health(self) -> str:

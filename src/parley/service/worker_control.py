@@ -459,11 +459,15 @@ async def sweep_stale(workers: Workers) -> list[Worker]:
     return await workers.ctx.store.write(job)
 
 
-async def recover(workers: Workers) -> list[Worker]:
+async def recover(workers: Workers, *, at_start: bool = True) -> list[Worker]:
     """On start (W7): a worker left running by a hub that is gone is interrupted, and an
     unfinished child whose parent no longer exists (gone, killed or failed) is flagged with
     ``cancel_propagated_from`` and interrupted, to wait for a person to review and resume it.
-    Nothing is resumed on its own: the turn that was cut may have had side effects."""
+    Nothing is resumed on its own: the turn that was cut may have had side effects.
+
+    The lease sweep (``at_start=False``) only interrupts the running workers of hubs that are
+    gone: while hubs run, a child whose parent was cancelled is independent by choice (W4)
+    and keeps running."""
     store = workers.ctx.store
 
     async def job(tx: Tx) -> list[Worker]:
@@ -480,6 +484,8 @@ async def recover(workers: Workers) -> list[Worker]:
                 changed[row.id] = await workers.move(
                     tx, row, "interrupted", actor="system", reason="the hub stopped while it ran"
                 )
+        if not at_start:
+            return list(changed.values())
         every: dict[str, Worker] = {r.id: changed.get(r.id, r) for r in rows}
         parents = {r.parent_worker_id for r in rows if r.parent_worker_id}
         for parent_id in parents - set(every):

@@ -716,5 +716,5 @@ class Workers:
     async def sweep_stale(self) -> list[Worker]:
         return await worker_control.sweep_stale(self)
 
-    async def recover(self) -> list[Worker]:
-        return await worker_control.recover(self)
+    async def recover(self, *, at_start: bool = True) -> list[Worker]:
+        return await worker_control.recover(self, at_start=at_start)
