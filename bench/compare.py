@@ -63,7 +63,7 @@ from common import (  # noqa: E402
     started_hub,
 )
 from hub_server import HubProcess, machine_description, process_cpu_seconds, progress  # noqa: E402
-from mail import create_agents, run_load, service_round  # noqa: E402
+from mail import create_agents, mail_agents, run_load, service_round  # noqa: E402
 from mcp_client import mcp_session, result_data  # noqa: E402
 from parley.core.ids import new_ulid  # noqa: E402
 from parley.service.channels import ChannelSpec  # noqa: E402
@@ -285,15 +285,7 @@ async def measure_mail(plan: Plan, home: Path) -> dict[str, Any]:
     async with started_hub(
         "sqlite", home_prefix="parley-bench-compare-mail-", database_prefix=""
     ) as (hub, _runtimes, operator):
-        run = new_ulid()[-6:].lower()
-        senders = [
-            (await hub.identity.create_agent(operator, AgentSpec(id=f"s{i}-{run}"))).principal
-            for i in range(MAIL_AGENTS)
-        ]
-        recipients = [
-            (await hub.identity.create_agent(operator, AgentSpec(id=f"r{i}-{run}"))).principal.id
-            for i in range(MAIL_AGENTS)
-        ]
+        senders, recipients = await mail_agents(hub, operator, MAIL_AGENTS, MAIL_AGENTS)
         # The raw table copies a real row: the same width, the same text.
         await hub.mail.send(
             senders[0],
@@ -435,27 +427,20 @@ async def measure_mcp(plan: Plan, home: Path) -> dict[str, Any]:
                 for n in names
             ]
 
+            def mail(i: int, n: int) -> dict[str, Any]:
+                """The same message over both: client ``i`` mails the next client's agent."""
+                to = names[(i + 1) % len(names)]
+                return {"to": to, "kind": "notice", "subject": "bench", "body": f"load {n}"}
+
             def mcp_sender(i: int) -> Sender:
                 async def send(n: int) -> None:
-                    args = {
-                        "to": names[(i + 1) % len(names)],
-                        "kind": "notice",
-                        "subject": "bench",
-                        "body": f"load {n}",
-                    }
-                    result_data(await mcp_clients[i].call_tool("send_message", args))
+                    result_data(await mcp_clients[i].call_tool("send_message", mail(i, n)))
 
                 return send
 
             def rest_sender(i: int) -> Sender:
                 async def send(n: int) -> None:
-                    body = {
-                        "to": names[(i + 1) % len(names)],
-                        "kind": "notice",
-                        "subject": "bench",
-                        "body": f"load {n}",
-                    }
-                    response = await rest_clients[i].post("/v1/mail", json=body)
+                    response = await rest_clients[i].post("/v1/mail", json=mail(i, n))
                     response.raise_for_status()
 
                 return send

@@ -160,6 +160,22 @@ async def service_round(
     return sent[0], began, seen
 
 
+async def mail_agents(
+    hub: Hub, operator: Principal, senders: int, recipients: int
+) -> tuple[list[Principal], list[str]]:
+    """Fresh sender agents (their principals) and recipient agents (their ids)."""
+    run = new_ulid()[-6:].lower()
+    made_senders = [
+        (await hub.identity.create_agent(operator, AgentSpec(id=f"s{i}-{run}"))).principal
+        for i in range(senders)
+    ]
+    made_recipients = [
+        (await hub.identity.create_agent(operator, AgentSpec(id=f"r{i}-{run}"))).principal.id
+        for i in range(recipients)
+    ]
+    return made_senders, made_recipients
+
+
 async def bench_service(plan: Plan, home: Path, database_url: str | None) -> dict[str, Any]:
     # A load test measures throughput: the per-sender quotas would refuse it by design.
     settings = Settings(
@@ -170,15 +186,7 @@ async def bench_service(plan: Plan, home: Path, database_url: str | None) -> dic
     try:
         assert hub.operator_token is not None
         operator = await hub.identity.authenticate(hub.operator_token)
-        run = new_ulid()[-6:].lower()
-        senders = [
-            (await hub.identity.create_agent(operator, AgentSpec(id=f"s{i}-{run}"))).principal
-            for i in range(SENDER_AGENTS)
-        ]
-        recipients = [
-            (await hub.identity.create_agent(operator, AgentSpec(id=f"r{i}-{run}"))).principal.id
-            for i in range(RECIPIENTS)
-        ]
+        senders, recipients = await mail_agents(hub, operator, SENDER_AGENTS, RECIPIENTS)
         progress(f"service: warming up for {plan.warmup_s:g}s")
         await service_round(hub, senders, recipients, plan.senders, plan.warmup_s, plan.grace_s)
         progress(f"service: {plan.senders} concurrent senders for {plan.service_s:g}s")

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from parley.core import discussion as d
+from parley.core import workers as wk
 from parley.core.channels import Invocation
 from parley.core.errors import InvalidRequest
 from parley.core.identity import Principal
@@ -164,6 +166,23 @@ async def test_the_service_refuses_nul_text_from_any_surface(
             await call
         assert refused.value.code == "invalid_text"
         assert "'a\\x00b'" in refused.value.message
+    assert await stored_counts(hub) == before
+
+
+async def test_the_service_refuses_reasons_longer_than_rest_allows(
+    hub: Hub, operator: Principal, scene: Scene
+) -> None:
+    """The web UI, MCP and the CLI reach these with plain strings: the service holds REST's
+    length limits, with REST's code, and stores nothing cut short."""
+    before = await stored_counts(hub)
+    calls = [
+        hub.discussions.force_close(operator, scene.group, "r" * (d.CLOSE_REASON_MAX_CHARS + 1)),
+        hub.workers.cancel(operator, "w-nobody", reason="r" * (wk.CANCEL_REASON_MAX_CHARS + 1)),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidRequest) as refused:
+            await call
+        assert refused.value.code == "validation_error"
     assert await stored_counts(hub) == before
 
 

@@ -9,6 +9,7 @@ database would make it; the lease expiry follows the fake clock.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -56,6 +57,19 @@ async def start_parked(
     await within(parked.get(), "alpha's reply before its commit")
     assert posted.task_id is not None
     return channel_id, posted.task_id, release
+
+
+@pytest.fixture
+async def other(backend: str, hub: Hub, clock: FakeClock, tmp_path: Path) -> AsyncIterator[Hub]:
+    """A second hub on the same database and clock, started without its sweeps."""
+    if backend != "postgres":
+        pytest.skip("two hubs share a database only on PostgreSQL")
+    second = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
+    await second.start(background=False)
+    try:
+        yield second
+    finally:
+        await second.stop()
 
 
 async def take_over_as_another_hub(hub: Hub) -> list[str]:
@@ -147,80 +161,63 @@ async def _waiting_on_a_lock(url: str, pids: set[int]) -> bool:
 
 
 async def test_a_reply_waiting_on_the_takeovers_lock_is_refused_when_it_commits(
-    backend: str,
     hub: Hub,
+    other: Hub,
     operator: Principal,
     make_agent: MakeAgent,
     runtimes: StaticRuntimes,
     clock: FakeClock,
-    tmp_path: Path,
 ) -> None:
     """Two hubs in one database. Hub B's takeover holds the channel row when hub A's reply
     (A alive, past its lease) reaches its commit and waits on that row; once B commits, the
     reply must be refused, although PostgreSQL re-checks it on the channel row alone."""
-    if backend != "postgres":
-        pytest.skip("two hubs share a database only on PostgreSQL")
     channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
-    other = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
-    await other.start(background=False)
-    try:
-        noting = asyncio.Event()
-        go_on = asyncio.Event()
-        post_note = other.tasks.channels.post_as_system
+    noting = asyncio.Event()
+    go_on = asyncio.Event()
+    post_note = other.tasks.channels.post_as_system
 
-        async def slow_note(tx: Any, channel: str, text: str) -> Any:
-            noting.set()  # inside B's takeover transaction, the channel row locked
-            await go_on.wait()
-            return await post_note(tx, channel, text)
+    async def slow_note(tx: Any, channel: str, text: str) -> Any:
+        noting.set()  # inside B's takeover transaction, the channel row locked
+        await go_on.wait()
+        return await post_note(tx, channel, text)
 
-        clock.advance(hub.settings.lease_s + 1)
-        with patch.object(other.tasks.channels, "post_as_system", slow_note):
-            takeover = asyncio.create_task(other.tasks.recover())
-            await within(noting.wait(), "B's takeover to hold the channel row")
-            release.set()  # A's reply goes to its commit and waits for the row
-            deadline = asyncio.get_running_loop().time() + 15
-            url = hub.settings.resolved_database_url()
-            while not await _waiting_on_a_lock(url, set()):
-                assert asyncio.get_running_loop().time() < deadline, "A's reply never waited"
-                await asyncio.sleep(0.01)
-            go_on.set()
-            assert [t.id for t in await within(takeover, "the takeover")] == [task_id]
-        await hub.tasks.wait_idle()
-        stored = await messages(hub, channel_id)
-        assert [m.sender_kind for m in stored] == ["human", "system"]
-        (call,) = await invocations(hub, task_id)
-        assert (call.outcome, call.reason) == ("rejected", "cancelled")
-    finally:
-        await other.stop()
+    clock.advance(hub.settings.lease_s + 1)
+    with patch.object(other.tasks.channels, "post_as_system", slow_note):
+        takeover = asyncio.create_task(other.tasks.recover())
+        await within(noting.wait(), "B's takeover to hold the channel row")
+        release.set()  # A's reply goes to its commit and waits for the row
+        deadline = asyncio.get_running_loop().time() + 15
+        url = hub.settings.resolved_database_url()
+        while not await _waiting_on_a_lock(url, set()):
+            assert asyncio.get_running_loop().time() < deadline, "A's reply never waited"
+            await asyncio.sleep(0.01)
+        go_on.set()
+        assert [t.id for t in await within(takeover, "the takeover")] == [task_id]
+    await hub.tasks.wait_idle()
+    stored = await messages(hub, channel_id)
+    assert [m.sender_kind for m in stored] == ["human", "system"]
+    (call,) = await invocations(hub, task_id)
+    assert (call.outcome, call.reason) == ("rejected", "cancelled")
 
 
 async def test_a_dead_hubs_task_is_taken_over_at_the_next_sweep_without_waiting_for_its_lease(
-    backend: str,
     hub: Hub,
+    other: Hub,
     operator: Principal,
     make_agent: MakeAgent,
     runtimes: StaticRuntimes,
-    clock: FakeClock,
-    tmp_path: Path,
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("two hubs share a database only on PostgreSQL")
     channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
-    other = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
-    await other.start(background=False)
-    try:
-        await other.sweep_leases()
-        assert (await other.tasks.get(operator, task_id)).status == "running"  # A is alive
-        # A's connection holding its liveness lock ends, as when its process is killed.
-        liveness = hub.store._liveness  # type: ignore[attr-defined]
-        await liveness.invalidate()
-        hub.store._liveness = None  # type: ignore[attr-defined]
-        await other.sweep_leases()  # the lease is still valid: the lock alone says A is gone
-        task = await other.tasks.get(operator, task_id)
-        assert (task.status, task.end_reason) == ("finished", "interrupted")
-        release.set()
-        await hub.tasks.wait_idle()
-        stored = await messages(hub, channel_id)
-        assert [m.sender_kind for m in stored] == ["human", "system"]
-    finally:
-        await other.stop()
+    await other.sweep_leases()
+    assert (await other.tasks.get(operator, task_id)).status == "running"  # A is alive
+    # A's connection holding its liveness lock ends, as when its process is killed.
+    liveness = hub.store._liveness  # type: ignore[attr-defined]
+    await liveness.invalidate()
+    hub.store._liveness = None  # type: ignore[attr-defined]
+    await other.sweep_leases()  # the lease is still valid: the lock alone says A is gone
+    task = await other.tasks.get(operator, task_id)
+    assert (task.status, task.end_reason) == ("finished", "interrupted")
+    release.set()
+    await hub.tasks.wait_idle()
+    stored = await messages(hub, channel_id)
+    assert [m.sender_kind for m in stored] == ["human", "system"]

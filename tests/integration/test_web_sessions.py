@@ -47,6 +47,12 @@ async def sign_in(client: httpx.AsyncClient, token: str) -> str:
     return found.group(1)
 
 
+async def sign_in_operator(client: httpx.AsyncClient, hub: Hub) -> str:
+    """Sign in as the hub's operator; returns the CSRF token of the overview page."""
+    assert hub.operator_token is not None
+    return await sign_in(client, hub.operator_token)
+
+
 async def test_root_redirects_to_the_ui_and_pages_need_a_session(
     app_client: httpx.AsyncClient,
 ) -> None:
@@ -119,8 +125,7 @@ async def test_actions_need_the_csrf_token_and_the_own_origin(
     app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent
 ) -> None:
     agent = await make_agent("alpha")
-    assert hub.operator_token is not None
-    csrf = await sign_in(app_client, hub.operator_token)
+    csrf = await sign_in_operator(app_client, hub)
     channel = agent.principal.work_channel_id
     path = f"/ui/channels/{channel}/post"
     # No CSRF token, a wrong one, a foreign origin, no origin at all: each refused, none posted.
@@ -168,8 +173,7 @@ async def test_a_rotated_token_ends_its_sessions(
 
 
 async def test_sign_out_ends_the_session(app_client: httpx.AsyncClient, hub: Hub) -> None:
-    assert hub.operator_token is not None
-    csrf = await sign_in(app_client, hub.operator_token)
+    csrf = await sign_in_operator(app_client, hub)
     r = await app_client.post("/ui/signout", data={"csrf": csrf}, headers=ORIGIN)
     assert r.status_code == 303
     r = await app_client.get("/ui/")
@@ -223,24 +227,30 @@ async def test_bad_form_input_is_refused_with_a_code_and_nothing_is_stored(
     app_client: httpx.AsyncClient, hub: Hub, make_agent: MakeAgent
 ) -> None:
     agent = await make_agent("alpha")
-    assert hub.operator_token is not None
-    csrf = await sign_in(app_client, hub.operator_token)
+    csrf = await sign_in_operator(app_client, hub)
     operator = await hub.identity.authenticate(hub.operator_token)
     room = await hub.rooms.create(operator, RoomSpec(name="sync"))
     channel = agent.principal.work_channel_id
     for path, data, code in (
         (f"/ui/channels/{channel}/post", {"content": "a\x00b"}, "invalid_text"),
         (f"/ui/channels/{channel}/post", {"content": "   "}, "empty_message"),
-        ("/ui/meetings/convene", {"room_id": room.id, "topic": ""}, "invalid_request"),
-        ("/ui/meetings/convene", {"room_id": room.id, "topic": "t" * 2001}, "invalid_request"),
+        ("/ui/meetings/convene", {"room_id": room.id, "topic": ""}, "validation_error"),
+        ("/ui/meetings/convene", {"room_id": room.id, "topic": "t" * 2001}, "validation_error"),
         ("/ui/meetings/convene", {"room_id": "nope", "topic": "t"}, "room_not_found"),
-        ("/ui/workers/start", {"agent_id": "alpha", "prompt": ""}, "invalid_request"),
+        ("/ui/workers/start", {"agent_id": "alpha", "prompt": ""}, "validation_error"),
         ("/ui/workers/nope/takeover", {"instruction": "x"}, "worker_not_found"),
     ):
         r = await app_client.post(path, data={**data, "csrf": csrf}, headers=ORIGIN)
         assert r.status_code == 303, (path, r.text)
         shown = await app_client.get(r.headers["location"])
         assert f"Refused ({code})" in shown.text, (path, data)
+    # A cancel reason longer than REST allows is refused (by the service, for every surface)
+    # before any worker is looked up.
+    r = await app_client.post(
+        "/ui/workers/nope/cancel", data={"reason": "r" * 201, "csrf": csrf}, headers=ORIGIN
+    )
+    assert r.status_code == 303
+    assert "Refused (validation_error)" in (await app_client.get("/ui/workers")).text
     assert await hub.channels.messages(operator, channel) == []
     assert await hub.meetings.of_room(operator, room.id) == []
     assert await hub.workers.listing(operator) == []
@@ -294,8 +304,7 @@ async def test_cancel_a_task_and_force_close_a_discussion_from_the_ui(
 async def test_every_action_needs_the_csrf_token(app_client: httpx.AsyncClient, hub: Hub) -> None:
     """Walks every state-changing route of the UI: without the session's CSRF token each is
     refused before it reaches a service (sign-in, which has no session yet, checks the origin)."""
-    assert hub.operator_token is not None
-    await sign_in(app_client, hub.operator_token)
+    await sign_in_operator(app_client, hub)
     actions = [
         route.path
         for area in web_app.AREAS

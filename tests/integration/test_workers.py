@@ -14,7 +14,7 @@ from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDen
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
 from parley.core.runtime import Turn
-from parley.core.workers import IllegalWorkerTransition
+from parley.core.workers import IllegalWorkerTransition, Worker
 from parley.service.hub import Hub
 from parley.service.workers import ResultSpec, SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
@@ -319,18 +319,29 @@ async def test_report_result_finishes_a_child_through_a_tool(
     assert (await hub.workers.get(operator, child.id)).result.artifacts == ["out.txt"]  # type: ignore[union-attr]
 
 
-async def test_recovery_interrupts_running_workers_and_flags_orphans(
+async def independent_child_of_a_cancelled_root(
     hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
-) -> None:
+) -> tuple[Script, Worker, Worker]:
+    """A root worker cancelled while its independent child is in its first turn (held until
+    ``lead.gates["independent work"]`` is set): the lead, the root, the child."""
     lead = await scripted(make_agent, runtimes, "lead")
     root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="go"))
     await hub.tasks.wait_idle()
     lead.gate("independent work")
-    orphan = await hub.workers.spawn(
+    child = await hub.workers.spawn(
         operator, root.id, SpawnSpec(prompt="independent work", independent=True)
     )
     await lead.started["independent work"].wait()
     await hub.workers.cancel(operator, root.id)
+    return lead, root, child
+
+
+async def test_recovery_interrupts_running_workers_and_flags_orphans(
+    hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    lead, root, orphan = await independent_child_of_a_cancelled_root(
+        hub, operator, make_agent, runtimes
+    )
     lead.gates["independent work"].set()
     await hub.tasks.wait_idle()
 
@@ -352,15 +363,9 @@ async def test_recovery_interrupts_running_workers_and_flags_orphans(
 async def test_the_lease_sweep_leaves_an_independent_child_of_a_cancelled_parent_running(
     hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
-    lead = await scripted(make_agent, runtimes, "lead")
-    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="go"))
-    await hub.tasks.wait_idle()
-    lead.gate("independent work")
-    child = await hub.workers.spawn(
-        operator, root.id, SpawnSpec(prompt="independent work", independent=True)
+    lead, _root, child = await independent_child_of_a_cancelled_root(
+        hub, operator, make_agent, runtimes
     )
-    await lead.started["independent work"].wait()
-    await hub.workers.cancel(operator, root.id)
     # Every hub sweeps every few seconds while it runs (P2): the child's parent is gone, but the
     # child was spawned to outlive it (W4), and its hub is alive.
     await hub.sweep_leases()

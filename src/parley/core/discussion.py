@@ -34,6 +34,8 @@ TRANSCRIPT_CHAR_BUDGET = 48_000
 # How the initiator finishes, named as each kind of agent sees it: an MCP tool or a function
 # call (agents on an API runtime get the same tool set), the CLI, or the REST route.
 CALLBACK_TOOL = "discuss_callback"
+CLOSE_REASON_MAX_CHARS = 2000
+"""The longest reason an operator may give for force-closing a discussion (C15)."""
 
 
 def callback_how(channel_id: str) -> str:

@@ -91,6 +91,19 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+def check_length(value: str, what: str, limit: int) -> str:
+    """Refuse text longer than its field allows, with the code the API's schemas give for it
+    (``validation_error``), so that every surface refuses it the same way."""
+    if len(value) > limit:
+        raise InvalidRequest(
+            f"{what} has {len(value):,} characters; the limit is {limit:,}",
+            code="validation_error",
+            field=what,
+            limit=limit,
+        )
+    return value
+
+
 def check_seq(value: int | None, what: str) -> int | None:
     """Refuse a stream position no store can hold (they are 32-bit)."""
     if value is not None and not 0 <= value <= MAX_SEQ:

@@ -228,22 +228,22 @@ class Bridge:
             await self.relay_out(ident)
 
     # -- workers -----------------------------------------------------------------------------------
-    async def _worker_view(self, worker: Worker) -> tuple[str, str, str]:
-        """The worker's parent short name, its prompt and purpose, read from the store."""
-        async with self.hub.store.read() as tx:
-            prompt = ""
-            if worker.dispatch_message_id:
-                dispatch: Message | None = await tx.get("messages", worker.dispatch_message_id)
-                prompt = dispatch.body if dispatch else ""
-            if not prompt:
-                first = await tx.channel_messages(worker.channel_id, limit=1)
-                prompt = first[0].content if first else ""
-            parent_name = worker.agent_id
-            if worker.parent_worker_id:
-                parent: Worker | None = await tx.get("workers", worker.parent_worker_id)
-                if parent is not None:
-                    session: LogicalSession | None = await tx.get("sessions", parent.session_id)
-                    parent_name = session.display_name if session else parent.agent_id
+    @staticmethod
+    async def _worker_view(tx: Tx, worker: Worker) -> tuple[str, str, str]:
+        """The worker's parent short name, its prompt and purpose."""
+        prompt = ""
+        if worker.dispatch_message_id:
+            dispatch: Message | None = await tx.get("messages", worker.dispatch_message_id)
+            prompt = dispatch.body if dispatch else ""
+        if not prompt:
+            first = await tx.channel_messages(worker.channel_id, limit=1)
+            prompt = first[0].content if first else ""
+        parent_name = worker.agent_id
+        if worker.parent_worker_id:
+            parent: Worker | None = await tx.get("workers", worker.parent_worker_id)
+            if parent is not None:
+                session: LogicalSession | None = await tx.get("sessions", parent.session_id)
+                parent_name = session.display_name if session else parent.agent_id
         return br.parent_short(parent_name), prompt, worker.purpose
 
     async def _place(self, channel_id: str) -> BridgePlace | None:
@@ -260,14 +260,15 @@ class Bridge:
     async def sync_worker(self, worker_id: str) -> BridgePlace | None:
         """Make the worker's post match its state: create it with the dispatch summary as its
         first message, or edit its title and archive flag when they changed."""
+        # One read for the worker, its view and its place: this runs on every worker event.
         async with self.hub.store.read() as tx:
             worker: Worker | None = await tx.get("workers", worker_id)
-        if worker is None:
-            return None
-        parent, prompt, purpose = await self._worker_view(worker)
+            if worker is None:
+                return None
+            parent, prompt, purpose = await self._worker_view(tx, worker)
+            place: BridgePlace | None = await tx.get("bridge_places", worker.channel_id)
         title = br.post_title(worker.state, parent, prompt)
         archived = br.is_archived(worker.state)
-        place = await self._place(worker.channel_id)
         if place is None:
             ref = await self.chat.create_post(title, br.dispatch_summary(parent, prompt, purpose))
             place = BridgePlace(
@@ -309,17 +310,20 @@ class Bridge:
             children: list[Worker] = await tx.select(
                 "workers", w.parent_worker_id == parent_id, order_by=[w.id]
             )
-            lines = []
-            for child in children:
-                session: LogicalSession | None = await tx.get("sessions", child.session_id)
-                name = br.last_part(session.display_name) if session else child.id
-                note = child.result.summary or (child.result.error or "") if child.result else ""
-                lines.append(ChildLine(name=name, state=child.state, note=note))
-            parent_session: LogicalSession | None = await tx.get("sessions", parent.session_id)
-        place = await self._place(parent.channel_id) or await self.sync_worker(parent_id)
+            s = tx.table("sessions").c
+            wanted = {parent.session_id, *(child.session_id for child in children)}
+            sessions: list[LogicalSession] = await tx.select("sessions", s.id.in_(sorted(wanted)))
+            place: BridgePlace | None = await tx.get("bridge_places", parent.channel_id)
+        names = {session.id: session.display_name for session in sessions}
+        lines = []
+        for child in children:
+            name = br.last_part(names[child.session_id]) if child.session_id in names else child.id
+            note = child.result.summary or (child.result.error or "") if child.result else ""
+            lines.append(ChildLine(name=name, state=child.state, note=note))
+        place = place or await self.sync_worker(parent_id)
         if place is None or not children:
             return
-        text = br.summary_text(parent_session.display_name if parent_session else parent.id, lines)
+        text = br.summary_text(names.get(parent.session_id, parent.id), lines)
         if place.summary_message_id is None:
             message_id = await self.chat.send(
                 place.place_id, text, nonce=br.nonce_for(f"summary:{parent_id}")

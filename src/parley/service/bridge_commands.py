@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from parley.core import bridge as br
 from parley.core.bridge import CommandCall
+from parley.core.channels import LogicalSession
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
 from parley.core.workers import Worker
@@ -43,14 +44,21 @@ async def spawn_child(bridge: Bridge, who: Principal, call: CommandCall) -> str:
 
 
 async def _child(bridge: Bridge, who: Principal, parent: Worker, ref: str) -> Worker:
-    """A child of ``parent`` named by id, the start of its id, or its name."""
-    for child_id in parent.children_worker_ids:
-        child = await bridge.hub.workers.get(who, child_id)
-        async with bridge.hub.store.read() as tx:
-            session = await tx.get("sessions", child.session_id)
-        name = br.last_part(session.display_name) if session else ""
-        if ref in (child.id, name) or (len(ref) >= 6 and child.id.startswith(ref)):
-            return child
+    """A child of ``parent`` named by id, the start of its id, or its name; the caller must
+    be allowed to see it. The children and their names come in one read, not one per child."""
+    async with bridge.hub.store.read() as tx:
+        w = tx.table("workers").c
+        rows: list[Worker] = await tx.select("workers", w.id.in_(parent.children_worker_ids))
+        order = {child_id: i for i, child_id in enumerate(parent.children_worker_ids)}
+        children = sorted(rows, key=lambda child: order[child.id])  # the first spawned wins
+        s = tx.table("sessions").c
+        wanted = sorted({child.session_id for child in children})
+        sessions: list[LogicalSession] = await tx.select("sessions", s.id.in_(wanted))
+        names = {session.id: br.last_part(session.display_name) for session in sessions}
+        for child in children:
+            name = names.get(child.session_id, "")
+            if ref in (child.id, name) or (len(ref) >= 6 and child.id.startswith(ref)):
+                return await bridge.hub.workers.visible(tx, who, child.id)
     raise NotFound(
         f"worker {parent.id!r} has no child {ref!r}; name it by id or by its name",
         code="child_not_found",

@@ -18,7 +18,7 @@ from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.core.limits import check_text
+from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
 from parley.service.channels import Channels
@@ -286,6 +286,7 @@ class Discussions:
         if not reason.strip():
             raise InvalidRequest("give a reason for closing", code="reason_required")
         check_text(reason, "reason")
+        check_length(reason, "the reason", d.CLOSE_REASON_MAX_CHARS)
 
         async def job(tx: Tx) -> Channel:
             channel = await tx.get_channel(channel_id, for_update=True)

@@ -691,17 +691,26 @@ class Meetings:
         await runners.wait_all(self.live)
 
     async def recover(self) -> list[Meeting]:
-        """On start: a meeting left running by a hub that is gone is closed as interrupted, its
-        transcript kept and its members restored (R7)."""
+        """On start and on every lease sweep: a meeting left running by a hub that is gone is
+        closed as interrupted, its transcript kept and its members restored (R7)."""
         async with self.ctx.store.read() as tx:
             me = tx.table("meetings").c
             running: list[Meeting] = await tx.select("meetings", me.status == "running")
+        # Look without locks first, asking about each owner once: the sweep runs every few
+        # seconds, and most of the time every meeting's hub is alive (this one, often).
+        alive: dict[str, bool] = {self.hub_id: True}
         out = []
         for meeting in running:
+            owner = meeting.owner
+            if owner is not None:
+                if owner not in alive:
+                    alive[owner] = await self.ctx.store.is_alive(owner)
+                if alive[owner]:
+                    continue
             closed = await self._close(
                 meeting.id,
                 "interrupted",
-                "the hub restarted while the meeting ran",
+                "the hub driving it stopped while the meeting ran",
                 (),
                 only_if_owner_dead=True,
             )

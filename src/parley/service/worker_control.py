@@ -15,7 +15,7 @@ from parley.core import workers as wk
 from parley.core.channels import ChannelMessage
 from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
 from parley.core.identity import Principal
-from parley.core.limits import check_text
+from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.workers import Worker, WorkerResult
 from parley.service import worker_results
@@ -55,13 +55,7 @@ async def takeover(
     check_text(instruction, "instruction")
     if not instruction.strip():
         raise InvalidRequest("the takeover instruction is empty", code="empty_instruction")
-    if len(instruction) > wk.INSTRUCTION_MAX_CHARS:
-        # The code REST and MCP give for it, from the length in their schemas.
-        raise InvalidRequest(
-            f"the takeover instruction has {len(instruction)} characters; the limit is "
-            f"{wk.INSTRUCTION_MAX_CHARS}",
-            code="validation_error",
-        )
+    check_length(instruction, "the takeover instruction", wk.INSTRUCTION_MAX_CHARS)
     if not 0 <= timeout_s <= MAX_TAKEOVER_TIMEOUT_S:
         raise InvalidRequest(
             f"timeout_s {timeout_s!r} is out of range; give 0 to {MAX_TAKEOVER_TIMEOUT_S:g}",
@@ -225,6 +219,7 @@ async def cancel(
     the workers cancelled. Their turns are really stopped: the cancel signal reaches the
     runtime (a command agent's process group is killed) and this returns once they ended."""
     check_text(reason, "reason")
+    check_length(reason, "the cancel reason", wk.CANCEL_REASON_MAX_CHARS)
 
     async def job(tx: Tx) -> list[Worker]:
         root = await workers.load(tx, worker_id, for_update=True)
@@ -248,7 +243,7 @@ async def cancel(
                 worker,
                 "killed",
                 actor=caller.id,
-                reason=reason[:200],
+                reason=reason,
                 cancel_propagated_from=source,
             )
             if worker.task_id is not None:
@@ -269,7 +264,7 @@ async def cancel(
             actor=caller.id,
             subject=f"worker:{root.id}",
             payload={
-                "reason": reason[:200],
+                "reason": reason,
                 "force": force,
                 "propagate": propagate,
                 "cancelled": [x.id for x in cancelled],
@@ -469,55 +464,77 @@ async def recover(workers: Workers, *, at_start: bool = True) -> list[Worker]:
     gone: while hubs run, a child whose parent was cancelled is independent by choice (W4)
     and keeps running."""
     store = workers.ctx.store
+    dead_owner: dict[str, bool] = {workers.hub_id: False}
+
+    async def cut_off(row: Worker) -> bool:
+        """Running, but not here, under a hub that is gone."""
+        owner = row.owner
+        if row.state != "running" or row.task_id in workers.tasks.live:
+            return False
+        if owner is not None and owner not in dead_owner:
+            dead_owner[owner] = not await store.is_alive(owner)
+        return owner is None or dead_owner[owner]
+
+    if not at_start:
+        # The sweep runs every few seconds: look without locks first, and only at running
+        # workers (orphans are flagged at start only); most of the time there is nothing to do.
+        async with store.read() as rtx:
+            w = rtx.table("workers").c
+            running: list[Worker] = await rtx.select("workers", w.state == "running")
+        if not [r for r in running if await cut_off(r)]:
+            return []
 
     async def job(tx: Tx) -> list[Worker]:
         w = tx.table("workers").c
-        rows: list[Worker] = await tx.select("workers", w.state.not_in(list(wk.TERMINAL)))
+        state = w.state.not_in(list(wk.TERMINAL)) if at_start else w.state == "running"
+        rows: list[Worker] = await tx.select("workers", state)
         changed: dict[str, Worker] = {}
-        dead_owner: dict[str, bool] = {}
         for row in rows:
-            owner = row.owner
-            if owner is not None and owner != workers.hub_id and owner not in dead_owner:
-                dead_owner[owner] = not await store.is_alive(owner)
-            gone = owner is None or dead_owner.get(owner, False)
-            if row.state == "running" and gone and row.task_id not in workers.tasks.live:
+            if await cut_off(row):
                 changed[row.id] = await workers.move(
                     tx, row, "interrupted", actor="system", reason="the hub stopped while it ran"
                 )
-        if not at_start:
-            return list(changed.values())
-        every: dict[str, Worker] = {r.id: changed.get(r.id, r) for r in rows}
-        parents = {r.parent_worker_id for r in rows if r.parent_worker_id}
-        for parent_id in parents - set(every):
-            parent: Worker | None = await tx.get("workers", parent_id)
-            if parent is not None:
-                every[parent_id] = parent
-        for orphan in wk.orphans(list(every.values()), every):
-            if orphan.cancel_propagated_from is not None:
-                continue
-            values = {"cancel_propagated_from": orphan.parent_worker_id}
-            if orphan.state in ("interrupted",):
-                await tx.update("workers", orphan.id, **values)
-                flagged = orphan.model_copy(update=values)
-                workers.publish(tx, flagged)
-                workers.ctx.events.record(
-                    tx,
-                    "worker.orphaned",
-                    actor="system",
-                    subject=f"worker:{orphan.id}",
-                    payload={"parent_worker_id": orphan.parent_worker_id},
-                    trace_id=orphan.trace_id,
-                )
-            else:
-                flagged = await workers.move(
-                    tx,
-                    orphan,
-                    "interrupted",
-                    actor="system",
-                    reason=f"orphaned: parent {orphan.parent_worker_id} no longer exists",
-                    **values,
-                )
-            changed[orphan.id] = flagged
+        if at_start:
+            await _flag_orphans(workers, tx, rows, changed)
         return list(changed.values())
 
     return await store.write(job)
+
+
+async def _flag_orphans(
+    workers: Workers, tx: Tx, rows: list[Worker], changed: dict[str, Worker]
+) -> None:
+    """Flag (and interrupt) every unfinished worker whose parent is gone, killed or failed;
+    what changed is added to ``changed``."""
+    every: dict[str, Worker] = {r.id: changed.get(r.id, r) for r in rows}
+    parents = {r.parent_worker_id for r in rows if r.parent_worker_id}
+    for parent_id in parents - set(every):
+        parent: Worker | None = await tx.get("workers", parent_id)
+        if parent is not None:
+            every[parent_id] = parent
+    for orphan in wk.orphans(list(every.values()), every):
+        if orphan.cancel_propagated_from is not None:
+            continue
+        values = {"cancel_propagated_from": orphan.parent_worker_id}
+        if orphan.state in ("interrupted",):
+            await tx.update("workers", orphan.id, **values)
+            flagged = orphan.model_copy(update=values)
+            workers.publish(tx, flagged)
+            workers.ctx.events.record(
+                tx,
+                "worker.orphaned",
+                actor="system",
+                subject=f"worker:{orphan.id}",
+                payload={"parent_worker_id": orphan.parent_worker_id},
+                trace_id=orphan.trace_id,
+            )
+        else:
+            flagged = await workers.move(
+                tx,
+                orphan,
+                "interrupted",
+                actor="system",
+                reason=f"orphaned: parent {orphan.parent_worker_id} no longer exists",
+                **values,
+            )
+        changed[orphan.id] = flagged

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from parley.core.bridge import last_part
 from parley.core.identity import Principal
 from parley.service.bridge import create_link_code
 from parley.service.hub import Hub
@@ -60,6 +61,15 @@ async def test_slash_commands_act_as_the_linked_principal_and_refuse_strangers(
             m for m in await tx.channel_messages(lexer.channel_id) if "new grammar" in m.content
         ]
     assert [(m.sender_id, m.sender_kind) for m in relayed] == [("operator", "human")]
+    # A child is also named by its name; a name no child has is refused with its code.
+    async with hub.store.read() as tx:
+        lexer_session = await tx.get("sessions", lexer.session_id)
+    by_name = await chat.slash(
+        "relay", post.id, MAPLE, child=last_part(lexer_session.display_name), message="hi"
+    )
+    assert by_name.startswith(f"Relayed to {lexer.id}")
+    unknown = await chat.slash("relay", post.id, MAPLE, child="nobody", message="hi")
+    assert unknown.startswith("Refused (child_not_found)")
 
     took = await chat.slash("takeover", post.id, MAPLE, instruction="stop and summarise")
     assert took.startswith("Took over")

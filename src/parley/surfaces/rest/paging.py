@@ -4,9 +4,11 @@ that does not end the list says where the rest begins, in a ``Link: <…>; rel="
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Protocol, TypeVar
 
-from fastapi import Request, Response
+from fastapi import Query, Request, Response
+
+from parley.core.limits import MAX_SEQ
 
 NEXT_DESCRIPTION = (
     'More rows follow: `Link: <url>; rel="next"` gives the same query from after the last row. '
@@ -21,3 +23,31 @@ def link_next(request: Request, response: Response, more: bool, **cursor: Any) -
     # A token never travels in a link: the client sends its own, as it did for this page.
     url = request.url.remove_query_params("token").include_query_params(**cursor)
     response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+
+
+class _SeqRow(Protocol):
+    seq: int
+
+
+Row = TypeVar("Row", bound=_SeqRow)
+
+
+class SeqWindow:
+    """The query of a transcript read in order (a channel's, a meeting's): from after a
+    position (``after_seq``) one page at a time, or the newest that fit one page (``latest``)."""
+
+    def __init__(
+        self,
+        after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+        latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    ) -> None:
+        self.after_seq = after_seq
+        self.latest = latest
+        self.limit = limit
+
+    def rows(self, request: Request, response: Response, rows: list[Row], more: bool) -> list[Row]:
+        """The page's rows, with a ``Link`` to the next page when reading forward."""
+        if rows and self.latest is None:
+            link_next(request, response, more, after_seq=rows[-1].seq)
+        return rows

@@ -115,9 +115,10 @@ def back(path: str) -> RedirectResponse:
 
 
 def _invalid(exc: ValidationError) -> str:
+    # The code REST gives a request its schema refuses: one refusal, one code, on every surface.
     first = exc.errors()[0]
     field = ".".join(str(part) for part in first.get("loc", ())) or "the form"
-    return f"Refused (invalid_request): {field}: {first.get('msg', 'invalid value')}"
+    return f"Refused (validation_error): {field}: {first.get('msg', 'invalid value')}"
 
 
 async def attempt(

@@ -132,9 +132,13 @@ async def cancel(request: Request, action: ActionDep, worker_id: str) -> Redirec
     viewer, form = action
     hub = hub_of(request)
     reason = form.get("reason", "").strip() or "cancelled from the web UI"
+
+    async def run() -> list[Worker]:
+        return await hub.workers.cancel(viewer.principal, worker_id, reason=reason)
+
     return await attempt(
         viewer,
-        lambda: hub.workers.cancel(viewer.principal, worker_id, reason=reason[:200]),
+        run,
         "Worker cancelled.",
         f"{PREFIX}/workers/{worker_id}",
     )

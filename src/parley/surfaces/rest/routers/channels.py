@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core import discussion as d
 from parley.core.channels import Channel, ChannelMessage, Invocation, Task
 from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableText
 from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
-from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, SeqWindow, link_next
 from parley.surfaces.rest.sse import (
     PAGE_ROWS,
     BackfillPage,
@@ -62,7 +63,7 @@ class CallbackRequest(BaseModel):
 
 
 class CloseRequest(BaseModel):
-    reason: StorableText = Field(min_length=1, max_length=2000)
+    reason: StorableText = Field(min_length=1, max_length=d.CLOSE_REASON_MAX_CHARS)
 
 
 class GroupSessionRequest(BaseModel):
@@ -130,19 +131,15 @@ async def channel_messages(
     response: Response,
     caller: Caller,
     hub: HubDep,
-    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    window: Annotated[SeqWindow, Depends()],
 ) -> list[ChannelMessage]:
     """Messages in channel order, one page at a time: a page that does not end the channel
     carries a ``Link`` to the next (``after_seq``). With ``latest``, the newest ones that fit
     one page."""
     page = await hub.channels.messages_page(
-        caller, channel_id, after_seq=after_seq, latest=latest, limit=limit
+        caller, channel_id, after_seq=window.after_seq, latest=window.latest, limit=window.limit
     )
-    if page.rows and latest is None:
-        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
-    return page.rows
+    return window.rows(request, response, page.rows, page.more)
 
 
 @router.post(

@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, Field
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import ChannelMessage
 from parley.core.identity import Principal
-from parley.core.limits import MAX_SEQ, StorableText
+from parley.core.limits import StorableText
 from parley.core.meetings import roll_call
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
 from parley.service.channels import channel_topic
@@ -21,7 +21,7 @@ from parley.service.meetings import ConveneSpec
 from parley.service.rooms import MemberView, RoomSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.paging import NEXT_DESCRIPTION, link_next
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, SeqWindow
 from parley.surfaces.rest.sse import (
     PAGE_ROWS,
     BackfillPage,
@@ -186,19 +186,15 @@ async def transcript(
     response: Response,
     caller: Caller,
     hub: HubDep,
-    after_seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    latest: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    window: Annotated[SeqWindow, Depends()],
 ) -> list[ChannelMessage]:
     """The meeting's messages in order (speeches, human interjections, moderator and system
     notes), one page at a time as a channel's: a page that does not end the transcript carries a
     ``Link`` to the next (``after_seq``). With ``latest``, the newest ones that fit one page."""
     page = await hub.meetings.transcript(
-        caller, meeting_id, after_seq=after_seq, latest=latest, limit=limit
+        caller, meeting_id, after_seq=window.after_seq, latest=window.latest, limit=window.limit
     )
-    if page.rows and latest is None:
-        link_next(request, response, page.more, after_seq=page.rows[-1].seq)
-    return page.rows
+    return window.rows(request, response, page.rows, page.more)
 
 
 @router.get("/v1/rooms/meetings/{meeting_id}/speeches", response_model=list[Speech])

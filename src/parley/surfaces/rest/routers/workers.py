@@ -28,7 +28,9 @@ _SSE: dict[int | str, dict[str, Any]] = {
 
 
 class CancelRequest(BaseModel):
-    reason: StorableText = Field(default="cancelled", min_length=1, max_length=200)
+    reason: StorableText = Field(
+        default="cancelled", min_length=1, max_length=wk.CANCEL_REASON_MAX_CHARS
+    )
     propagate_to_children: bool = Field(
         default=True, description="Cancel the subtree too, except independent children."
     )
