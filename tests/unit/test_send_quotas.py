@@ -59,3 +59,26 @@ def test_the_window_slides_with_the_clock(quotas: tuple[SendQuotas, FakeClock]) 
     assert refused.value.retry_after == 30
     clock.advance(30)
     q.ticket(agent("a")).charge(messages=1, nbytes=1)
+
+
+def test_a_refund_after_the_charge_aged_out_changes_nothing(
+    quotas: tuple[SendQuotas, FakeClock],
+) -> None:
+    q, clock = quotas
+    late = q.ticket(agent("a"))
+    late.charge(messages=1, nbytes=1)
+    clock.advance(61)
+    q.ticket(agent("a")).charge(messages=1, nbytes=1)
+    late.refund()  # its minute is over: it no longer counted, so it frees nothing
+    q.ticket(agent("a")).charge(messages=1, nbytes=1)
+    with pytest.raises(RateLimited):
+        q.ticket(agent("a")).charge(messages=1, nbytes=1)
+
+
+def test_without_quotas_nothing_is_kept_per_send() -> None:
+    # A hub with the quotas off remembers no charges: a busy minute would otherwise hold one
+    # record per send for the garbage collector to scan.
+    q = SendQuotas(FakeClock(), Settings(send_rate_per_minute=0, send_bytes_per_minute=0))
+    for _ in range(100):
+        q.ticket(agent("a")).charge(messages=1, nbytes=10**6)
+    assert all(not window.charges for window in q._windows.values())

@@ -9,8 +9,8 @@ replaces its earlier charge instead of adding to it.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from dataclasses import dataclass
 
 from parley.config import Settings
 from parley.core.errors import RateLimited, TooLarge
@@ -20,12 +20,9 @@ from parley.core.ports import Clock
 WINDOW_S = 60.0
 
 
-@dataclass(eq=False)
-class _Charge:
-    at: float
-    messages: int
-    nbytes: int
-    refunded: bool = False
+# (at, messages, bytes, number). A plain tuple of numbers: a busy hub holds a minute of charges,
+# and tuples of numbers are left out of the garbage collector's passes (objects were not).
+_Charge = tuple[float, int, int, int]
 
 
 class _Window:
@@ -33,27 +30,34 @@ class _Window:
 
     def __init__(self) -> None:
         self.charges: deque[_Charge] = deque()
+        # The numbers of charges still in ``charges`` that were given back.
+        self.refunded: set[int] = set()
         self.messages = 0
         self.nbytes = 0
 
     def forget_before(self, start: float) -> None:
-        while self.charges and self.charges[0].at <= start:
-            self._remove(self.charges.popleft())
+        while self.charges and self.charges[0][0] <= start:
+            _at, messages, nbytes, number = self.charges.popleft()
+            if number in self.refunded:
+                self.refunded.discard(number)
+            else:
+                self.messages -= messages
+                self.nbytes -= nbytes
 
     def add(self, charge: _Charge) -> None:
         self.charges.append(charge)
-        self.messages += charge.messages
-        self.nbytes += charge.nbytes
+        self.messages += charge[1]
+        self.nbytes += charge[2]
 
     def refund(self, charge: _Charge) -> None:
-        # A refunded charge stays in the deque until it ages out; it no longer counts.
-        self._remove(charge)
-
-    def _remove(self, charge: _Charge) -> None:
-        if not charge.refunded:
-            self.messages -= charge.messages
-            self.nbytes -= charge.nbytes
-            charge.refunded = True
+        _at, messages, nbytes, number = charge
+        # Charges are numbered in the order they enter: one older than the oldest held has
+        # aged out already and no longer counts.
+        held = bool(self.charges) and number >= self.charges[0][3]
+        if held and number not in self.refunded:
+            self.refunded.add(number)
+            self.messages -= messages
+            self.nbytes -= nbytes
 
 
 class Ticket:
@@ -85,6 +89,7 @@ class SendQuotas:
         self.clock = clock
         self.settings = settings
         self._windows: dict[str, _Window] = {}
+        self._numbers = itertools.count()
 
     def ticket(self, sender: Principal) -> Ticket:
         """A ticket to charge one send of ``sender`` with; the operator's is never refused."""
@@ -93,9 +98,12 @@ class SendQuotas:
     def window(self, sender_id: str) -> _Window:
         return self._windows.setdefault(sender_id, _Window())
 
-    def charge(self, sender_id: str, messages: int, nbytes: int) -> _Charge:
+    def charge(self, sender_id: str, messages: int, nbytes: int) -> _Charge | None:
+        """The charge of a send now, None if no quota is set; raises if it is over one."""
         rate = self.settings.send_rate_per_minute
         budget = self.settings.send_bytes_per_minute
+        if not rate and not budget:
+            return None
         if budget and nbytes > budget:
             raise TooLarge(
                 f"this send stores {nbytes:,} bytes (every recipient's copy counted), more than "
@@ -121,7 +129,7 @@ class SendQuotas:
                 limit_messages=rate,
                 limit_bytes=budget,
             )
-        charge = _Charge(now, messages, nbytes)
+        charge = (now, messages, nbytes, next(self._numbers))
         window.add(charge)
         return charge
 
@@ -130,14 +138,14 @@ class SendQuotas:
         rate = self.settings.send_rate_per_minute
         budget = self.settings.send_bytes_per_minute
         held_messages, held_bytes = window.messages, window.nbytes
-        for charge in window.charges:
-            if charge.refunded:
+        for at, charged_messages, charged_bytes, number in window.charges:
+            if number in window.refunded:
                 continue
-            held_messages -= charge.messages
-            held_bytes -= charge.nbytes
+            held_messages -= charged_messages
+            held_bytes -= charged_bytes
             fits = (not rate or held_messages + messages <= rate) and (
                 not budget or held_bytes + nbytes <= budget
             )
             if fits:
-                return max(0.0, charge.at + WINDOW_S - now)
+                return max(0.0, at + WINDOW_S - now)
         return WINDOW_S
