@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -266,3 +268,22 @@ async def test_a_transaction_holds_the_writes_of_both_paths(hub: Hub, mixed: boo
         tokens = s.tokens.c
         found = (await tx.conn.execute(select(tokens.hash).order_by(tokens.hash))).scalars()
         assert [h for h in found if h.startswith("hash-")] == (["hash-kept"] if mixed else [])
+
+
+@given(
+    value=st.one_of(
+        st.none(),
+        st.dates(),
+        st.datetimes(),
+        st.datetimes(timezones=st.timezones()),
+    )
+)
+def test_timestamps_are_written_as_sqlalchemys_sqlite_text(value: Any) -> None:
+    from sqlalchemy.dialects.sqlite import base as sqlite_types
+    from sqlalchemy.dialects.sqlite.aiosqlite import dialect
+
+    from parley.adapters.store.sqlite_direct import _datetime_text
+
+    reference = sqlite_types.DATETIME().bind_processor(dialect())
+    assert reference is not None
+    assert _datetime_text(value) == reference(value)

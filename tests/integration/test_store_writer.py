@@ -1,7 +1,9 @@
-"""The store's writer: a job the database aborted to break a deadlock is run again."""
+"""The store's writer: a job the database aborted to break a deadlock is run again; an eager
+write runs in its caller's task only when the writer is free, and commits all or nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import types
 
 import pytest
@@ -54,3 +56,110 @@ async def test_retries_are_bounded_and_other_errors_are_not_retried(hub: Hub) ->
     with pytest.raises(ValueError):
         await hub.store.write(fails)
     assert calls == 1
+
+
+# -- eager writes: a lone write on a discussion's critical path skips the hop to the writer ----
+async def _stored(hub: Hub, event_id: str) -> bool:
+    async with hub.store.read() as tx:
+        return await tx.get("events", event_id) is not None
+
+
+async def _blocking_write(hub: Hub, order: list[str]) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """A queued write whose job holds the writer (mid-transaction) until released."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def holds(tx: Tx) -> None:
+        entered.set()
+        await release.wait()
+        order.append("held")
+
+    task = asyncio.create_task(hub.store.write(holds))
+    await entered.wait()
+    return task, release
+
+
+async def test_an_eager_write_runs_in_the_callers_task_only_when_the_writer_is_idle(
+    hub: Hub,
+) -> None:
+    async def where(tx: Tx) -> asyncio.Task[object] | None:
+        return asyncio.current_task()
+
+    me = asyncio.current_task()
+    eager = await hub.store.write(where, eager=True)
+    queued = await hub.store.write(where)
+    assert queued is not me
+    # Only a store whose write transaction never suspends runs it in the caller's task.
+    assert (eager is me) == hub.store.eager_writes  # type: ignore[attr-defined]
+
+
+async def test_an_eager_write_waits_for_the_transaction_that_holds_the_writer(hub: Hub) -> None:
+    order: list[str] = []
+    held, release = await _blocking_write(hub, order)
+    eager = asyncio.create_task(hub.store.write(lambda tx: _note(order, "eager"), eager=True))
+    # One loop turn: the eager write has started and found the writer taken.
+    await asyncio.sleep(0)
+    assert order == []
+    release.set()
+    await asyncio.gather(held, eager)
+    assert order == ["held", "eager"]
+
+
+async def test_an_eager_write_does_not_overtake_queued_writes(hub: Hub) -> None:
+    order: list[str] = []
+    held, release = await _blocking_write(hub, order)
+    queued = [
+        asyncio.create_task(hub.store.write(lambda tx, i=i: _note(order, f"queued-{i}")))
+        for i in range(3)
+    ]
+    await asyncio.sleep(0)  # one loop turn: the three are in the writer's queue
+    eager = asyncio.create_task(hub.store.write(lambda tx: _note(order, "eager"), eager=True))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(held, eager, *queued)
+    assert order == ["held", "queued-0", "queued-1", "queued-2", "eager"]
+
+    # A free writer that has a write queued but not yet taken: still behind it.
+    order.clear()
+    first = asyncio.create_task(hub.store.write(lambda tx: _note(order, "queued")))
+    second = asyncio.create_task(hub.store.write(lambda tx: _note(order, "eager"), eager=True))
+    await asyncio.gather(first, second)
+    assert order == ["queued", "eager"]
+
+
+async def _note(order: list[str], what: str) -> None:
+    order.append(what)
+
+
+async def test_a_failed_or_cancelled_eager_write_commits_nothing(hub: Hub) -> None:
+    recorded: list[str] = []
+
+    async def fails(tx: Tx) -> None:
+        recorded.append(hub.ctx.events.record(tx, "test.eager", actor="t", subject="s").id)
+        raise ValueError("a bug in the job")
+
+    with pytest.raises(ValueError):
+        await hub.store.write(fails, eager=True)
+    assert not await _stored(hub, recorded[-1])
+
+    entered, never = asyncio.Event(), asyncio.Event()
+
+    async def suspends(tx: Tx) -> None:
+        recorded.append(hub.ctx.events.record(tx, "test.eager", actor="t", subject="s").id)
+        entered.set()
+        await never.wait()
+
+    write = asyncio.create_task(hub.store.write(suspends, eager=True))
+    await entered.wait()
+    write.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    if hub.store.eager_writes:  # type: ignore[attr-defined]
+        assert not await _stored(hub, recorded[-1])
+        # The writer is free again: the next write commits.
+
+        async def commits(tx: Tx) -> str:
+            return hub.ctx.events.record(tx, "test.eager", actor="t", subject="s").id
+
+        assert await _stored(hub, await hub.store.write(commits, eager=True))
+    else:
+        never.set()  # a queued job runs on in the writer whatever its caller does

@@ -4,6 +4,9 @@ keeps its own section."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from parley.core import discussion as d
 from parley.core.channels import TRANSCRIPT_WINDOW
 from tests.unit.test_discussion_core import message, prompt_for, transcript_of
@@ -44,3 +47,51 @@ def test_window_size_counts_from_the_latest_entry() -> None:
     assert d.window_size(entries, limit=4, budget=10**9) == 4
     assert d.window_size([], budget=10) == 0
     assert d.window_size(entries, budget=0) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=300), max_size=60),
+    limit=st.integers(min_value=0, max_value=40),
+    budget=st.integers(min_value=0, max_value=4000),
+    drops=st.lists(st.integers(min_value=1, max_value=20), max_size=3),
+)
+def test_the_running_window_always_matches_window_size(
+    sizes: list[int], limit: int, budget: int, drops: list[int]
+) -> None:
+    """A running task keeps its window's size as entries arrive and old ones leave; it must
+    equal the plain count over the same entries after every step."""
+    running = d.RunningWindow(limit=limit, budget=budget)
+    kept: list[d.TranscriptEntry] = []
+    for i, size in enumerate(sizes):
+        entry = d.transcript_entry(message(i + 1, "b", "agent", "é" * size), {})
+        running.append(entry)
+        kept.append(entry)
+        if drops and i % 7 == 6:
+            count = min(drops.pop(), len(kept))
+            running.drop_oldest(count)
+            del kept[:count]
+        size = d.window_size(kept, limit=limit, budget=budget)
+        assert running.size() == size
+        assert running.chars(size) == sum(d.entry_chars(e) for e in kept[len(kept) - size :])
+        assert running.entries == kept
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=40), max_size=6),
+    system=st.text(max_size=30),
+    task=st.text(max_size=30),
+    instructions=st.text(max_size=30),
+)
+def test_a_prompts_size_is_counted_without_rendering_it(
+    texts: list[str], system: str, task: str, instructions: str
+) -> None:
+    entries = tuple(
+        d.TranscriptEntry(id=str(i), speaker=t[:5], role="agent", content=t)
+        for i, t in enumerate(texts)
+    )
+    prompt = d.Prompt(system=system, task=task, transcript=entries, instructions=instructions)
+    assert prompt.char_count() == len(prompt.render()) - 2  # less the "\n\n" between parts
+    kept = sum(d.entry_chars(e) for e in entries)
+    assert prompt.char_count(kept) == prompt.char_count()

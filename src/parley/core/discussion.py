@@ -8,6 +8,7 @@ wording of source 000 §7 and §9.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -312,6 +313,52 @@ def window_size(
             break
         count += 1
     return count
+
+
+class RunningWindow:
+    """The transcript entries of a running discussion with their sizes summed as they arrive,
+    so the window of each prompt is found by a binary search instead of summing up to
+    ``limit`` entries every turn. ``size()`` always equals ``window_size(entries)``."""
+
+    def __init__(
+        self,
+        entries: Iterable[TranscriptEntry] = (),
+        *,
+        limit: int = TRANSCRIPT_WINDOW,
+        budget: int = TRANSCRIPT_CHAR_BUDGET,
+    ) -> None:
+        self.limit = limit
+        self.budget = budget
+        self.entries: list[TranscriptEntry] = []
+        # _ends[i] is the size of entries[:i] together: sizes are positive, so it only grows.
+        self._ends = [0]
+        for entry in entries:
+            self.append(entry)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def append(self, entry: TranscriptEntry) -> None:
+        self.entries.append(entry)
+        self._ends.append(self._ends[-1] + entry_chars(entry))
+
+    def drop_oldest(self, count: int) -> None:
+        del self.entries[:count]
+        base = self._ends[count]
+        self._ends = [end - base for end in self._ends[count:]]
+
+    def size(self) -> int:
+        """How many of the newest entries make the window (as ``window_size``)."""
+        n = len(self.entries)
+        oldest = max(0, n - self.limit) if self.limit else n
+        # The oldest entry that can stay: the ones from it on fit the budget together.
+        start = bisect_left(self._ends, self._ends[n] - self.budget, oldest, n + 1)
+        return n - start
+
+    def chars(self, count: int) -> int:
+        """What the newest ``count`` entries add to a prompt together (``entry_chars``)."""
+        n = len(self.entries)
+        return self._ends[n] - self._ends[n - count]
 
 
 def transcript_window(

@@ -9,7 +9,7 @@ store's writer, the SSE streams), after commit, so a rolled-back transaction cou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -80,28 +80,41 @@ class HubMetrics:
             registry=r,
         )
 
+        # Each labelled series once: ``labels()`` takes the metric's lock and builds the key on
+        # every call, and a turn counts several series after its commit.
+        self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _labelled(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), values)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(*values)
+        return series
+
     def event_recorded(self, event: Event) -> None:
         """Count a committed event; mail and task ends are read from it."""
-        self.events.labels(event.type).inc()
+        self._labelled(self.events, event.type).inc()
         if event.type == "mail.sent":
             self.mail_sent.inc(_count(event.payload.get("recipients"), 1))
         elif event.type == "mail.delivered":
             self.mail_delivered.inc(_count(event.payload.get("ids"), 1))
         elif event.type == "task.finished":
-            self.task_ends.labels(str(event.payload.get("end_reason") or "unknown")).inc()
+            reason = str(event.payload.get("end_reason") or "unknown")
+            self._labelled(self.task_ends, reason).inc()
 
     def turn_recorded(
         self, outcome: str, reason: str | None, timings: dict[str, float], route: str
     ) -> None:
         """Count one committed turn from its invocation record (C13)."""
         runtime = route.split(":", 1)[0] or "unknown"
-        self.turns.labels(runtime, outcome).inc()
+        self._labelled(self.turns, runtime, outcome).inc()
         if outcome != "accepted":
-            self.turn_failures.labels(runtime, reason or outcome).inc()
+            self._labelled(self.turn_failures, runtime, reason or outcome).inc()
         if "provider_wait_ms" in timings:
-            self.provider_seconds.labels(runtime).observe(timings["provider_wait_ms"] / 1000)
+            wait_s = timings["provider_wait_ms"] / 1000
+            self._labelled(self.provider_seconds, runtime).observe(wait_s)
         hub_ms = timings.get("prompt_build_ms", 0.0) + timings.get("persist_ms", 0.0)
-        self.hub_seconds.labels(runtime).observe(hub_ms / 1000)
+        self._labelled(self.hub_seconds, runtime).observe(hub_ms / 1000)
 
     def batch_committed(self, jobs: int) -> None:
         self.writer_batch.observe(jobs)

@@ -339,7 +339,7 @@ class TaskRunner:
                 task.channel_id, after_seq=context.last_seq, latest=TRANSCRIPT_WINDOW
             )
 
-        for message in await self.ctx.store.write(job):
+        for message in await self.ctx.store.write(job, eager=True):
             context.add(message)
 
     async def _turn(self, live: _Live, ctx: _Context, member: str, number: int) -> TurnOutcome:
@@ -350,12 +350,12 @@ class TaskRunner:
         session: LogicalSession | None = ctx.sessions.get(member)
         if session is None:
             session = await self.ctx.store.write(
-                lambda tx: self.channels.session(tx, agent, task.channel_id)
+                lambda tx: self.channels.session(tx, agent, task.channel_id), eager=True
             )
             ctx.sessions[member] = session
         if session.model_override == NO_REPLY:
             return TurnOutcome(kind=None)
-        window, entries = ctx.transcript()
+        window, entries, transcript_chars = ctx.transcript()
         prompt = d.build_prompt(
             agent_id=agent.id,
             agent_name=agent.display_name,
@@ -373,7 +373,15 @@ class TaskRunner:
         invocation_id = new_ulid()
         runtime: Runtime | None = self.runtime_for(agent)
         trace = _TraceBase(
-            invocation_id, task, member, number, window, prompt.char_count(), t0, t1, live.ready_at
+            invocation_id,
+            task,
+            member,
+            number,
+            window,
+            prompt.char_count(transcript_chars),
+            t0,
+            t1,
+            live.ready_at,
         )
         if runtime is None:
             return TurnOutcome(kind=None)
@@ -505,7 +513,7 @@ class TaskRunner:
             # invocation records are the per-call truth, and a turn stays one small commit.
             return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message), missed
 
-        outcome, missed = await self.ctx.store.write(job)
+        outcome, missed = await self.ctx.store.write(job, eager=True)
         task.calls += 1
         if outcome.kind == "accepted":
             task.accepted += 1
@@ -537,7 +545,7 @@ class TaskRunner:
             await tx.update("tasks", task.id, calls=task.calls + 1)
             return code, end
 
-        recorded = await self.ctx.store.write(job)
+        recorded = await self.ctx.store.write(job, eager=True)
         task.calls += 1
         return recorded
 
@@ -770,11 +778,11 @@ class _Context:
     task_text: str
     sessions: dict[str, Any] = field(default_factory=dict)
     # The transcript entry of each message, in step with ``messages``: a message is rendered
-    # once, not once per prompt.
-    rendered: list[TranscriptEntry] = field(default_factory=list)
+    # once, not once per prompt, and the window's size is kept as entries arrive.
+    rendered: d.RunningWindow = field(default_factory=d.RunningWindow)
 
     def __post_init__(self) -> None:
-        self.rendered = [d.transcript_entry(m, self.names) for m in self.messages]
+        self.rendered = d.RunningWindow(d.transcript_entry(m, self.names) for m in self.messages)
 
     @property
     def last_seq(self) -> int:
@@ -785,12 +793,13 @@ class _Context:
             self.messages.append(message)
             self.rendered.append(d.transcript_entry(message, self.names))
             if len(self.messages) > 2 * TRANSCRIPT_WINDOW:
-                del self.messages[:-TRANSCRIPT_WINDOW]
-                del self.rendered[:-TRANSCRIPT_WINDOW]
+                dropped = len(self.messages) - TRANSCRIPT_WINDOW
+                del self.messages[:dropped]
+                self.rendered.drop_oldest(dropped)
 
-    def transcript(self) -> tuple[list[ChannelMessage], list[TranscriptEntry]]:
+    def transcript(self) -> tuple[list[ChannelMessage], list[TranscriptEntry], int]:
         """The window of the next prompt (C5): the latest entries within the count and the
-        character budget."""
-        size = d.window_size(self.rendered)
+        character budget, and their size in the prompt (``RunningWindow.chars``)."""
+        size = self.rendered.size()
         kept = len(self.messages) - size
-        return self.messages[kept:], self.rendered[kept:]
+        return self.messages[kept:], self.rendered.entries[kept:], self.rendered.chars(size)

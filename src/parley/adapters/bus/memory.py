@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -82,7 +83,7 @@ class MemoryBus:
 
     def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
         # One process: the commit order is the order of after-commit callbacks.
-        tx.after_commit(lambda: self.publish(topic, data))
+        tx.after_commit(functools.partial(self.publish_nowait, topic, data))
 
     def publish_nowait(self, topic: str, data: dict[str, Any]) -> None:
         for sub in tuple(self._subs.get(topic, ())):

@@ -14,6 +14,11 @@ from sqlalchemy import Integer, Text, bindparam, literal_column, select, union_a
 from parley.adapters.store import schema as s
 from parley.core.mail import OPEN_STATUSES
 
+# An agent's session in a channel (one at most): read at each member's first turn of a task.
+SESSION_FOR = select(s.sessions).where(
+    s.sessions.c.agent_id == bindparam("_agent"), s.sessions.c.channel_id == bindparam("_channel")
+)
+
 # A channel's members in their order.
 CHANNEL_MEMBERS = (
     select(s.channel_members.c.member_id)

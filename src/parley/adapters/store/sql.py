@@ -21,7 +21,6 @@ from sqlalchemy import (
     JSON,
     LargeBinary,
     Text,
-    and_,
     bindparam,
     cast,
     delete,
@@ -85,6 +84,7 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "bridge_links": (s.bridge_links, BridgeLink),
     "bridge_link_codes": (s.bridge_link_codes, LinkCode),
 }
+_COLUMNS = {name: frozenset(table.columns.keys()) for name, (table, _) in _RECORDS.items()}
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
     for name, (table, _) in _RECORDS.items()
@@ -146,9 +146,8 @@ def _row_to(name: str, row: Mapping[str, Any]) -> Any:
 
 
 def _to_row(name: str, record: BaseModel) -> dict[str, Any]:
-    table, _ = _RECORDS[name]
     data = record.model_dump()
-    cols = table.columns
+    cols = _COLUMNS[name]
     row = {k: v for k, v in data.items() if k in cols}
     if name == "messages":
         msg: Message = record  # type: ignore[assignment]
@@ -619,11 +618,9 @@ class SqlTx:
         return None if row is None else _row_to("meetings", row)
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
-        c = s.sessions.c
-        rows = await self.select(
-            "sessions", and_(c.agent_id == agent_id, c.channel_id == channel_id)
-        )
-        return rows[0] if rows else None
+        params = {"_agent": agent_id, "_channel": channel_id}
+        row = (await self._exec_built(prepared.SESSION_FOR, params)).mappings().first()
+        return None if row is None else _row_to("sessions", row)
 
 
 TRANSIENT_RETRIES = 3
@@ -641,6 +638,11 @@ class SqlStore:
 
     dialect = "sql"
     writer_count = 1
+    # Whether ``write(eager=True)`` may run a job in the caller's task: only where statements
+    # and the commit never suspend (SQLite's writer on the loop), so a cancel cannot land inside
+    # a commit (a job cancelled while awaiting something else is rolled back whole), and where
+    # batching saves little (a PostgreSQL commit waits for the server's WAL flush).
+    eager_writes = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -648,6 +650,8 @@ class SqlStore:
         self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
         self._writers: list[asyncio.Task[None]] = []
         self.max_batch = 256
+        # Held while a batch or an eager write runs: one transaction at a time on the writer.
+        self._writing = asyncio.Lock()
         self._owner: str | None = None
         # Told the number of jobs of each committed batch (the hub's metrics).
         self.on_batch: Callable[[int], None] | None = None
@@ -720,12 +724,17 @@ class SqlStore:
         except (SQLAlchemyError, DBAPIError) as exc:
             raise StorageError(f"reading from the store failed: {exc}") from exc
 
-    async def write(self, job: Job[T]) -> T:
+    async def write(self, job: Job[T], *, eager: bool = False) -> T:
         """Run ``job`` in a write transaction (possibly batched with others) and return its
-        result once committed."""
+        result once committed (see ``Store.write`` for ``eager``)."""
         if not self._writers:
             await self.start_writers()
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if eager and self.eager_writes and self._queue.empty() and not self._writing.locked():
+            # Taking a free asyncio lock does not suspend: no batch can start in between.
+            async with self._writing:
+                await self._run_alone((job, fut))
+            return fut.result()
         await self._queue.put((job, fut))
         return await fut
 
@@ -738,9 +747,10 @@ class SqlStore:
             live = [(job, fut) for job, fut in batch if not fut.cancelled()]
             if not live:
                 continue
-            if len(live) == 1 or not await self._run_batch(live):
-                for item in live:
-                    await self._run_alone(item)
+            async with self._writing:
+                if len(live) == 1 or not await self._run_batch(live):
+                    for item in live:
+                        await self._run_alone(item)
 
     async def _run_alone(self, item: tuple[Job[Any], asyncio.Future[Any]]) -> None:
         """Run one job in its own transaction, again if the database broke a deadlock or a

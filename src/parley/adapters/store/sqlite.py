@@ -82,6 +82,7 @@ class SqliteStore(SqlStore):
 
     dialect = "sqlite"
     writer_count = 1
+    eager_writes = True
 
     def __init__(self, path: Path) -> None:
         super().__init__(f"sqlite:///{path}")

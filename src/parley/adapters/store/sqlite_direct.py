@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from sqlalchemy.dialects.sqlite import base as sqlite_types
+from sqlalchemy.dialects.sqlite.aiosqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, NoResultFound
 
@@ -35,6 +38,9 @@ class DirectStatement:
         # Expanding binds (``IN`` of a constant tuple) are rendered once with their values.
         state = compiled.construct_expanded_state(required)
         processors = {**compiled._bind_processors, **state.processors}
+        for name, bind in compiled.binds.items():
+            if name in processors and _default_datetime(bind.type.dialect_impl(dialect)):
+                processors[name] = _datetime_text
         self.sql: str = state.statement
         self.binds: tuple[tuple[str, bool, Any, Processor], ...] = tuple(
             (name, name in required, state.parameters.get(name), processors.get(name))
@@ -64,6 +70,37 @@ class DirectStatement:
             value if process is None else process(value)
             for value, process in zip(raw, self.result_processors, strict=True)
         )
+
+
+# SQLite has no timestamp type: SQLAlchemy stores a DateTime as this text (time zone dropped).
+_DATETIME_FORMAT = (
+    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+)
+
+
+def _default_datetime(impl: Any) -> bool:
+    return isinstance(impl, sqlite_types.DATETIME) and (
+        getattr(impl, "_storage_format", None) == _DATETIME_FORMAT
+    )
+
+
+def _datetime_text(value: Any) -> Any:
+    """SQLAlchemy's SQLite DATETIME bind processor's text, built in C: every row has a
+    timestamp or two, and the ``%`` formatting of seven fields was a tenth of a mail send's
+    statement arguments. ``isoformat`` pads the year to four digits and, with
+    ``timespec="microseconds"``, always writes six; the offset it adds is cut."""
+    if isinstance(value, datetime):
+        return value.isoformat(" ", "microseconds")[:26]
+    if value is None:
+        return None
+    # A date: SQLAlchemy's own processor.
+    return _DATE_FALLBACK(value)
+
+
+_DATE_FALLBACK: Callable[[Any], Any] = (
+    sqlite_types.DATETIME().bind_processor(sqlite_dialect())  # type: ignore[no-untyped-call]
+    or (lambda value: value)
+)
 
 
 class DirectResult:
