@@ -320,7 +320,7 @@ class Voices:
                     )
             return current, fresh[-TRANSCRIPT_WINDOW:]
 
-        return await self.ctx.store.write(job)
+        return await self.ctx.store.write(job, eager=True)
 
     def count_call(
         self, tx: Tx, outcome: InvocationOutcome, reason: str | None, route: str, started: float

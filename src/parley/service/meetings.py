@@ -436,7 +436,7 @@ class Meetings:
                 return None
             return await self.voices.context(tx, meeting, room, decision.next)
 
-        return decision, await self.ctx.store.write(job)
+        return decision, await self.ctx.store.write(job, eager=True)
 
     async def _moderator(self, meeting: Meeting, room: Room) -> tuple[Runtime | None, AgentProfile]:
         """The convener's runtime, or the room's default moderator runtime for a human (or a
