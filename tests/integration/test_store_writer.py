@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import types
+from datetime import UTC, datetime
 
 import pytest
 
+from parley.adapters.store.sql import SqlTx
+from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.service.hub import Hub
+from parley.service.mail import SendRequest
+from tests.conftest import MakeAgent
 
 
 class Deadlock(Exception):
@@ -163,3 +168,50 @@ async def test_a_failed_or_cancelled_eager_write_commits_nothing(hub: Hub) -> No
         assert await _stored(hub, await hub.store.write(commits, eager=True))
     else:
         never.set()  # a queued job runs on in the writer whatever its caller does
+
+
+# -- a batch's inserts wait for its statements only when those read them -----------------------
+async def test_a_batch_of_sends_flushes_its_inserts_once(
+    hub: Hub, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking a recipient's inbox position reads only the principals table: the messages and
+    events buffered by earlier sends of the batch go out together at the end, one statement
+    per table, not before every send (a round trip per table per send on PostgreSQL)."""
+    sender = await make_agent("batch-sender")
+    recipients = [(await make_agent(f"batch-to-{i}")).id for i in range(4)]
+    for to in recipients:  # every inbox position known (SQLite keeps them in memory)
+        await hub.mail.send(sender.principal, SendRequest(to=to, kind="info", subject="warm"))
+    flushes: list[set[str]] = []
+    flush = SqlTx.flush
+
+    async def counted(tx: SqlTx) -> None:
+        if tx._pending:
+            flushes.append(set(tx._pending))
+        await flush(tx)
+
+    monkeypatch.setattr(SqlTx, "flush", counted)
+    held, release = await _blocking_write(hub, [])
+    sends = [
+        asyncio.create_task(
+            hub.mail.send(sender.principal, SendRequest(to=to, kind="info", subject=f"n{i}"))
+        )
+        for i, to in enumerate(recipients * 2)
+    ]
+    await asyncio.sleep(0)  # one loop turn: the eight sends are queued behind the held write
+    release.set()
+    await asyncio.gather(held, *sends)
+    assert flushes == [{"messages", "events"}]
+    assert len({(await s).message.id for s in sends}) == 8
+
+
+async def test_a_position_taken_after_its_principal_is_inserted_sees_it(hub: Hub) -> None:
+    """The other side of the rule: a statement that reads principals waits for a principal
+    buffered in the same transaction."""
+    now = datetime.now(UTC)
+    agent = Principal(id="fresh-in-tx", kind="agent", display_name="fresh", created=now)
+
+    async def job(tx: Tx) -> int:
+        tx.insert("principals", agent)
+        return await tx.next_inbox_seq(agent.id)
+
+    assert await hub.store.write(job) == 1

@@ -14,6 +14,14 @@ from sqlalchemy import Integer, Text, bindparam, literal_column, select, union_a
 from parley.adapters.store import schema as s
 from parley.core.mail import OPEN_STATUSES
 
+# The next position in a recipient's inbox, under the recipient's row lock (PostgreSQL).
+NEXT_INBOX_SEQ = (
+    update(s.principals)
+    .where(s.principals.c.id == bindparam("_recipient"))
+    .values(inbox_seq=s.principals.c.inbox_seq + 1)
+    .returning(s.principals.c.inbox_seq)
+)
+
 # An agent's session in a channel (one at most): read at each member's first turn of a task.
 SESSION_FOR = select(s.sessions).where(
     s.sessions.c.agent_id == bindparam("_agent"), s.sessions.c.channel_id == bindparam("_channel")
