@@ -215,3 +215,20 @@ async def test_a_position_taken_after_its_principal_is_inserted_sees_it(hub: Hub
         return await tx.next_inbox_seq(agent.id)
 
     assert await hub.store.write(job) == 1
+
+
+async def test_mail_marked_delivered_in_the_transaction_that_stored_it_is_delivered(
+    hub: Hub, make_agent: MakeAgent
+) -> None:
+    """Marking delivered skips the batch's buffered inserts, except the mail it marks."""
+    to = await make_agent("marked-in-tx")
+
+    async def job(tx: Tx) -> tuple[str, int]:
+        msg = await hub.mail.deliver_system(tx, to.id, "info", "stored and marked at once")
+        return msg.id, await tx.mark_delivered([msg.id], datetime.now(UTC))
+
+    message_id, marked = await hub.store.write(job)
+    assert marked == 1
+    async with hub.store.read() as tx:
+        stored = await tx.get("messages", message_id)
+    assert stored is not None and stored.status == "delivered"

@@ -22,6 +22,16 @@ NEXT_INBOX_SEQ = (
     .returning(s.principals.c.inbox_seq)
 )
 
+# Pending mail marked delivered. Run through SQLAlchemy, not directly: the id list expands.
+MARK_DELIVERED = (
+    update(s.messages)
+    .where(
+        s.messages.c.id.in_(bindparam("_ids", expanding=True)),
+        s.messages.c.status == "pending",
+    )
+    .values(status="delivered", delivered_at=bindparam("_at"))
+)
+
 # An agent's session in a channel (one at most): read at each member's first turn of a task.
 SESSION_FOR = select(s.sessions).where(
     s.sessions.c.agent_id == bindparam("_agent"), s.sessions.c.channel_id == bindparam("_channel")

@@ -411,12 +411,13 @@ class SqlTx:
     async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int:
         if not ids:
             return 0
-        m = s.messages.c
-        result = await self._exec(
-            update(s.messages)
-            .where(m.id.in_(list(ids)), m.status == "pending")
-            .values(status="delivered", delivered_at=at)
-        )
+        wanted = list(ids)
+        # Mail is marked delivered once a reader has seen it, so it is committed: the sends
+        # buffered by other jobs of this batch need not go out first, unless one is marked.
+        buffered = self._pending.get("messages", ())
+        if buffered and not set(wanted).isdisjoint(row["id"] for row in buffered):
+            await self.flush()
+        result = await self.conn.execute(prepared.MARK_DELIVERED, {"_ids": wanted, "_at": at})
         return int(result.rowcount)
 
     async def last_broadcast_at(self, sender_id: str) -> datetime | None:
