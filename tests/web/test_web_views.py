@@ -78,7 +78,10 @@ async def test_pages_work_from_the_keyboard(
     page = await context.new_page()
     await page.goto(f"{served.url}/ui/signin")
     assert served.hub.operator_token is not None
-    await page.keyboard.type(served.hub.operator_token)  # the token field has focus
+    # The token field has focus. Chromium applies autofocus at a rendering update, which may
+    # come after the load event: typing before it would lose the first characters.
+    await expect(page.locator("#token")).to_be_focused()
+    await page.keyboard.type(served.hub.operator_token)
     await page.keyboard.press("Enter")
     await page.wait_for_url(f"{served.url}/ui/")
     await page.keyboard.press("Tab")  # the skip link
