@@ -44,7 +44,7 @@ async def test_a_channel_of_long_messages_gives_a_bounded_prompt(
     shown = transcript_of(turn)
     assert 0 < len(shown) < 61
     assert shown[-1]["content"] == "TASK: summarise the above"
-    assert sum(d.entry_chars(e) for e in turn.prompt.transcript) <= d.TRANSCRIPT_CHAR_BUDGET
+    assert sum(e.prompt_chars for e in turn.prompt.transcript) <= d.TRANSCRIPT_CHAR_BUDGET
     assert "## User task\nTASK: summarise the above\n" in turn.prompt.user_text()
     [call] = await invocations(hub, posted.task_id or "")
     assert call.prompt_chars == turn.prompt.char_count()

@@ -16,13 +16,11 @@ def test_long_speeches_are_bounded_by_the_character_budget() -> None:
     window = [message(i, f"m{i % 7}", "agent", f"{i} " + "s" * 1590) for i in range(1, 129)]
     quoted = entries(window)
     assert 0 < len(quoted) < TRANSCRIPT_WINDOW
-    assert sum(d.entry_chars(e) for e in quoted) <= d.TRANSCRIPT_CHAR_BUDGET
+    assert sum(e.prompt_chars for e in quoted) <= d.TRANSCRIPT_CHAR_BUDGET
     # The latest speeches stay; one more would break the budget.
     assert [e.id for e in quoted] == [m.id for m in window[-len(quoted) :]]
     one_more = d.transcript_entry(window[-len(quoted) - 1], {})
-    assert sum(d.entry_chars(e) for e in quoted) + d.entry_chars(one_more) > (
-        d.TRANSCRIPT_CHAR_BUDGET
-    )
+    assert sum(e.prompt_chars for e in quoted) + one_more.prompt_chars > (d.TRANSCRIPT_CHAR_BUDGET)
 
 
 def test_short_speeches_keep_the_whole_window_and_the_moderator_is_named() -> None:

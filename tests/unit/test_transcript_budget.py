@@ -20,13 +20,11 @@ def test_long_messages_are_bounded_by_the_character_budget() -> None:
     window = d.transcript_window(history)
     entries = [d.transcript_entry(m, {}) for m in window]
     assert 0 < len(window) < TRANSCRIPT_WINDOW
-    assert sum(d.entry_chars(e) for e in entries) <= d.TRANSCRIPT_CHAR_BUDGET
+    assert sum(e.prompt_chars for e in entries) <= d.TRANSCRIPT_CHAR_BUDGET
     # The window is the latest messages: one more would break the budget.
     assert window[-1].seq == 199 and window[0].seq == 199 - len(window) + 1
     one_more = d.transcript_entry(history[-len(window) - 1], {})
-    assert sum(d.entry_chars(e) for e in entries) + d.entry_chars(one_more) > (
-        d.TRANSCRIPT_CHAR_BUDGET
-    )
+    assert sum(e.prompt_chars for e in entries) + one_more.prompt_chars > (d.TRANSCRIPT_CHAR_BUDGET)
     prompt = prompt_for(3, window, task=TASK)
     assert f"## User task\n{TASK}\n" in prompt.user_text()
     assert prompt.char_count() < d.TRANSCRIPT_CHAR_BUDGET + 4000
@@ -41,7 +39,7 @@ def test_short_messages_still_get_the_whole_count_window() -> None:
 
 def test_window_size_counts_from_the_latest_entry() -> None:
     entries = [d.transcript_entry(message(i, "b", "agent", "y" * 100), {}) for i in range(1, 11)]
-    each = d.entry_chars(entries[0])
+    each = entries[0].prompt_chars
     assert d.window_size(entries, budget=each * 3) == 3
     assert d.window_size(entries, budget=each * 3 - 1) == 2
     assert d.window_size(entries, limit=4, budget=10**9) == 4
@@ -73,7 +71,7 @@ def test_the_running_window_always_matches_window_size(
             del kept[:count]
         size = d.window_size(kept, limit=limit, budget=budget)
         assert running.size() == size
-        assert running.chars(size) == sum(d.entry_chars(e) for e in kept[len(kept) - size :])
+        assert running.chars(size) == sum(e.prompt_chars for e in kept[len(kept) - size :])
         assert running.entries == kept
 
 
@@ -93,5 +91,5 @@ def test_a_prompts_size_is_counted_without_rendering_it(
     )
     prompt = d.Prompt(system=system, task=task, transcript=entries, instructions=instructions)
     assert prompt.char_count() == len(prompt.render()) - 2  # less the "\n\n" between parts
-    kept = sum(d.entry_chars(e) for e in entries)
+    kept = sum(e.prompt_chars for e in entries)
     assert prompt.char_count(kept) == prompt.char_count()

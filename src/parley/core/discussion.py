@@ -293,11 +293,6 @@ def transcript_entry(msg: ChannelMessage, names: dict[str, str]) -> TranscriptEn
     )
 
 
-def entry_chars(entry: TranscriptEntry) -> int:
-    """What ``entry`` adds to a prompt: its JSON encoding and the separator before it."""
-    return len(entry.json_text) + 2
-
-
 def window_size(
     entries: Sequence[TranscriptEntry],
     *,
@@ -308,7 +303,7 @@ def window_size(
     and at most ``budget`` characters together (C5, Q3)."""
     used = count = 0
     for entry in reversed(entries[-limit:] if limit else ()):
-        used += entry_chars(entry)
+        used += entry.prompt_chars
         if used > budget:
             break
         count += 1
@@ -335,12 +330,9 @@ class RunningWindow:
         for entry in entries:
             self.append(entry)
 
-    def __len__(self) -> int:
-        return len(self.entries)
-
     def append(self, entry: TranscriptEntry) -> None:
         self.entries.append(entry)
-        self._ends.append(self._ends[-1] + entry_chars(entry))
+        self._ends.append(self._ends[-1] + entry.prompt_chars)
 
     def drop_oldest(self, count: int) -> None:
         del self.entries[:count]
@@ -356,7 +348,7 @@ class RunningWindow:
         return n - start
 
     def chars(self, count: int) -> int:
-        """What the newest ``count`` entries add to a prompt together (``entry_chars``)."""
+        """What the newest ``count`` entries add to a prompt together (their ``prompt_chars``)."""
         n = len(self.entries)
         return self._ends[n] - self._ends[n - count]
 

@@ -37,6 +37,12 @@ class TranscriptEntry:
         """The entry as JSON, encoded once: an entry appears in many prompts of a discussion."""
         return json.dumps(self.as_dict(), ensure_ascii=False)
 
+    @property
+    def prompt_chars(self) -> int:
+        """What the entry adds to a prompt: its JSON and the separator before it (the
+        transcript is the entries' JSON joined by ", " within "[]")."""
+        return len(self.json_text) + 2
+
 
 _USER_TEXT = (
     "## User task\n{task}\n\n"
@@ -73,11 +79,10 @@ class Prompt:
     def char_count(self, transcript_chars: int | None = None) -> int:
         """``len(self.render())`` less the separator, without building the text: the hub
         measures every prompt, and most runtimes render it once more anyway.
-        ``transcript_chars``: the entries' encodings plus two each, if the caller keeps it."""
+        ``transcript_chars``: the entries' ``prompt_chars`` summed, if the caller keeps it."""
         if transcript_chars is None:
-            transcript_chars = sum(len(entry.json_text) + 2 for entry in self.transcript)
-        # The JSON list is its entries' encodings with ", " between them, within "[]".
-        entries = transcript_chars or 2
+            transcript_chars = sum(entry.prompt_chars for entry in self.transcript)
+        entries = transcript_chars or 2  # an empty transcript is "[]"
         return (
             len(self.system) + _USER_TEXT_FIXED + len(self.task) + entries + len(self.instructions)
         )

@@ -41,6 +41,7 @@ from parley.core.ports import Subscription, Tx
 from parley.core.workers import Worker
 from parley.service import bridge_commands
 from parley.service.channels import channel_topic
+from parley.service.worker_views import session_names
 from parley.service.workers import WORKERS_TOPIC
 
 if TYPE_CHECKING:
@@ -310,11 +311,10 @@ class Bridge:
             children: list[Worker] = await tx.select(
                 "workers", w.parent_worker_id == parent_id, order_by=[w.id]
             )
-            s = tx.table("sessions").c
-            wanted = {parent.session_id, *(child.session_id for child in children)}
-            sessions: list[LogicalSession] = await tx.select("sessions", s.id.in_(sorted(wanted)))
+            names = await session_names(
+                tx, [parent.session_id, *(child.session_id for child in children)]
+            )
             place: BridgePlace | None = await tx.get("bridge_places", parent.channel_id)
-        names = {session.id: session.display_name for session in sessions}
         lines = []
         for child in children:
             name = br.last_part(names[child.session_id]) if child.session_id in names else child.id

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from parley.core import bridge as br
 from parley.core.bridge import CommandCall
-from parley.core.channels import LogicalSession
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
 from parley.core.workers import Worker
 from parley.service.channels import ChannelSpec
+from parley.service.worker_views import session_names
 from parley.service.workers import SpawnSpec
 
 if TYPE_CHECKING:
@@ -51,12 +51,9 @@ async def _child(bridge: Bridge, who: Principal, parent: Worker, ref: str) -> Wo
         rows: list[Worker] = await tx.select("workers", w.id.in_(parent.children_worker_ids))
         order = {child_id: i for i, child_id in enumerate(parent.children_worker_ids)}
         children = sorted(rows, key=lambda child: order[child.id])  # the first spawned wins
-        s = tx.table("sessions").c
-        wanted = sorted({child.session_id for child in children})
-        sessions: list[LogicalSession] = await tx.select("sessions", s.id.in_(wanted))
-        names = {session.id: br.last_part(session.display_name) for session in sessions}
+        names = await session_names(tx, (child.session_id for child in children))
         for child in children:
-            name = names.get(child.session_id, "")
+            name = br.last_part(names[child.session_id]) if child.session_id in names else ""
             if ref in (child.id, name) or (len(ref) >= 6 and child.id.startswith(ref)):
                 return await bridge.hub.workers.visible(tx, who, child.id)
     raise NotFound(

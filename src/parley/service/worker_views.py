@@ -5,7 +5,7 @@ trace's child tree, a logical session's topology, and artifacts. Functions over 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parley.core import workers as wk
@@ -154,3 +154,12 @@ async def artifact(workers: Workers, caller: Principal, artifact_id: str) -> Art
     if not ok:
         raise NotFound(f"no artifact {artifact_id!r}", code="artifact_not_found")
     return art
+
+
+async def session_names(tx: Tx, session_ids: Iterable[str]) -> dict[str, str]:
+    """The display names of some logical sessions, by id, in one read (missing ones left out):
+    a worker's children are named after their sessions."""
+    s = tx.table("sessions").c
+    wanted = sorted(set(session_ids))
+    sessions: list[LogicalSession] = await tx.select("sessions", s.id.in_(wanted))
+    return {session.id: session.display_name for session in sessions}

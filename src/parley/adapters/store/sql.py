@@ -209,21 +209,24 @@ class SqlTx:
             else:
                 await self.conn.execute(_INSERTS[name], rows)
 
-    async def _exec(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
-        if self._pending:
+    async def _flush_for(self, reads: frozenset[str] | None) -> None:
+        """Send the buffered inserts before a statement, so that it sees them. A statement that
+        names the only tables it ``reads`` waits for them only if one of those has some: a
+        batch's inserts then stay one ``executemany`` per table (on PostgreSQL each flush is a
+        round trip per table, and a mail send's inbox position was taking one per job)."""
+        if self._pending and (reads is None or not reads.isdisjoint(self._pending)):
             await self.flush()
+
+    async def _exec(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
+        await self._flush_for(None)
         return await self.conn.execute(stmt, params)
 
     async def _exec_built(
         self, stmt: Any, params: dict[str, Any], *, reads: frozenset[str] | None = None
     ) -> Any:
-        """Run a statement built once (never one built per call: each is compiled and kept).
-        The buffered inserts go out first, so that the statement sees them; a statement that
-        names the only tables it ``reads`` waits for them only if one of those has some, which
-        keeps a batch's inserts in one ``executemany`` per table (on PostgreSQL each flush is a
-        round trip per table, and a mail send's position was taking one per job)."""
-        if self._pending and (reads is None or not reads.isdisjoint(self._pending)):
-            await self.flush()
+        """Run a statement built once (never one built per call: each is compiled and kept),
+        after the buffered inserts it may read (``_flush_for``)."""
+        await self._flush_for(reads)
         if self.direct is not None:
             return self.direct.execute(stmt, params)
         return await self.conn.execute(stmt, params)
@@ -414,8 +417,8 @@ class SqlTx:
         wanted = list(ids)
         # Mail is marked delivered once a reader has seen it, so it is committed: the sends
         # buffered by other jobs of this batch need not go out first, unless one is marked.
-        buffered = self._pending.get("messages", ())
-        if buffered and not set(wanted).isdisjoint(row["id"] for row in buffered):
+        buffered = {row["id"] for row in self._pending.get("messages", ())}
+        if not buffered.isdisjoint(wanted):
             await self.flush()
         result = await self.conn.execute(prepared.MARK_DELIVERED, {"_ids": wanted, "_at": at})
         return int(result.rowcount)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy.dialects.sqlite import base as sqlite_types
-from sqlalchemy.dialects.sqlite.aiosqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, NoResultFound
 
@@ -91,16 +90,11 @@ def _datetime_text(value: Any) -> Any:
     ``timespec="microseconds"``, always writes six; the offset it adds is cut."""
     if isinstance(value, datetime):
         return value.isoformat(" ", "microseconds")[:26]
+    if isinstance(value, date):
+        return f"{value.isoformat()} 00:00:00.000000"
     if value is None:
         return None
-    # A date: SQLAlchemy's own processor.
-    return _DATE_FALLBACK(value)
-
-
-_DATE_FALLBACK: Callable[[Any], Any] = (
-    sqlite_types.DATETIME().bind_processor(sqlite_dialect())  # type: ignore[no-untyped-call]
-    or (lambda value: value)
-)
+    raise TypeError("SQLite DateTime type only accepts Python datetime and date objects as input.")
 
 
 class DirectResult:

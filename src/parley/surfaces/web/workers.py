@@ -132,13 +132,9 @@ async def cancel(request: Request, action: ActionDep, worker_id: str) -> Redirec
     viewer, form = action
     hub = hub_of(request)
     reason = form.get("reason", "").strip() or "cancelled from the web UI"
-
-    async def run() -> list[Worker]:
-        return await hub.workers.cancel(viewer.principal, worker_id, reason=reason)
-
     return await attempt(
         viewer,
-        run,
+        lambda: hub.workers.cancel(viewer.principal, worker_id, reason=reason),
         "Worker cancelled.",
         f"{PREFIX}/workers/{worker_id}",
     )
