@@ -5,7 +5,10 @@ Each phase runs on a fresh database (``parley_bench_<ulid>``, dropped afterwards
 * ``one_hub_rps`` / ``three_hub_rps``: aggregate ``POST /v1/mail`` requests per second from the
   same client load (``--clients`` load processes of ``--concurrency`` keep-alive requests each,
   ``bench/mail_load.py``) aimed at one hub, then spread over three hubs sharing the database;
-  alternated three times (once with ``--quick``), the median of each kept.
+  alternated three times (once with ``--quick``), the median of each kept. Each request task
+  sends as its own agent, each message to one of ``--recipients`` inboxes drawn at random: a
+  send holds its recipient's row lock until its batch commits, so with few inboxes the hubs
+  wait for each other's commits (``--recipients 4`` shows that case).
   Afterwards the database is counted: ``lost`` (acknowledged sends not stored) and
   ``duplicated`` (stored more often than sent) include every phase's checks.
 * ``cross_hub_wake_p50_ms`` / ``_p99_ms``: an agent long-polls ``/v1/agents/{id}/inbox/wait`` on
@@ -353,8 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--recipients",
         type=int,
-        default=4,
-        help="inboxes the load mails (each send locks its recipient's row: fewer, hotter rows)",
+        default=16,
+        help="inboxes the load mails, at random (each send locks its recipient's row until "
+        "its batch commits: fewer, hotter rows)",
     )
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import random
 import resource
 import sys
 import time
@@ -30,15 +31,21 @@ def _cpu_seconds() -> float:
 async def _sender(
     client: httpx.AsyncClient,
     token: str,
-    recipient: str,
+    recipients: list[str],
+    pick: random.Random | None,
     end: float,
     stats: dict[str, Any],
     latencies: list[float],
 ) -> None:
+    """Send until ``end``: always to ``recipients[0]``, or with ``pick`` to any of them."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    prefix = f'{{"to":"{recipient}","kind":"notice","subject":"bench","body":"load",'
+    prefixes = [
+        f'{{"to":"{recipient}","kind":"notice","subject":"bench","body":"load",'
+        for recipient in recipients
+    ]
     while time.monotonic() < end:
         start = time.perf_counter()
+        prefix = prefixes[0] if pick is None else pick.choice(prefixes)
         content = f'{prefix}"payload":{{"t_ns":{time.time_ns()}}}}}'
         try:
             resp = await client.post("/v1/mail", content=content, headers=headers)
@@ -59,6 +66,10 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
     concurrency = int(job["concurrency"])
     senders: list[str] = job["sender_tokens"]
     recipients: list[str] = job["recipients"]
+    # With a ``seed`` (the load process's number) the processes use different senders, and each
+    # request goes to any recipient; without one, request task i sends to recipient i always.
+    seed = job.get("seed")
+    offset = 0 if seed is None else int(seed) * concurrency
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     stats: dict[str, Any] = {"ok": 0, "errors": 0, "last_error": None, "last_done": 0.0}
     latencies: list[float] = []
@@ -82,8 +93,9 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
             *(
                 _sender(
                     client,
-                    senders[i % len(senders)],
-                    recipients[i % len(recipients)],
+                    senders[(offset + i) % len(senders)],
+                    recipients if seed is not None else [recipients[i % len(recipients)]],
+                    None if seed is None else random.Random(offset + i),
                     end,
                     stats,
                     latencies,
