@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import types
 from datetime import UTC, datetime
+from typing import Any
 
+import asyncpg
 import pytest
+from sqlalchemy import text
 
-from parley.adapters.store.sql import SqlTx
+from parley.adapters.bus.postgres import asyncpg_dsn
+from parley.adapters.store.sql import SqlStore, SqlTx
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.service.hub import Hub
@@ -182,14 +186,14 @@ async def test_a_batch_of_sends_flushes_its_inserts_once(
     for to in recipients:  # every inbox position known (SQLite keeps them in memory)
         await hub.mail.send(sender.principal, SendRequest(to=to, kind="info", subject="warm"))
     flushes: list[set[str]] = []
-    flush = SqlTx.flush
+    store = type(hub.store)
+    insert_rows = store.insert_rows
 
-    async def counted(tx: SqlTx) -> None:
-        if tx._pending:
-            flushes.append(set(tx._pending))
-        await flush(tx)
+    async def counted(self: SqlStore, tx: SqlTx, pending: Any, *notifications: Any) -> None:
+        flushes.append(set(pending))
+        await insert_rows(self, tx, pending, *notifications)
 
-    monkeypatch.setattr(SqlTx, "flush", counted)
+    monkeypatch.setattr(store, "insert_rows", counted)
     held, release = await _blocking_write(hub, [])
     sends = [
         asyncio.create_task(
@@ -232,3 +236,30 @@ async def test_mail_marked_delivered_in_the_transaction_that_stored_it_is_delive
     async with hub.store.read() as tx:
         stored = await tx.get("messages", message_id)
     assert stored is not None and stored.status == "delivered"
+
+
+async def test_a_writer_connection_ended_while_idle_is_replaced_without_failing_a_write(
+    hub: Hub, make_agent: MakeAgent
+) -> None:
+    """The PostgreSQL writer keeps one connection. If the server ends it while it is idle (a
+    restart, an administrator, an idle timeout), the next write begins on a fresh one: nothing
+    had run yet, so nothing is lost or repeated and the caller sees no error."""
+    if hub.store.dialect != "postgresql":
+        pytest.skip("the SQLite writer's connection is in-process")
+
+    async def backend_pid(tx: Tx) -> int:
+        assert isinstance(tx, SqlTx)
+        return int((await tx._exec(text("SELECT pg_backend_pid()"))).scalar_one())
+
+    first = await hub.store.write(backend_pid)
+    admin = await asyncpg.connect(asyncpg_dsn(hub.store.url))  # type: ignore[attr-defined]
+    try:
+        # With a timeout the call returns once the backend has exited.
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", first)
+    finally:
+        await admin.close()
+    sender, to = await make_agent("idle-end-from"), await make_agent("idle-end-to")
+    sent = await hub.mail.send(sender.principal, SendRequest(to=to.id, kind="info", subject="s"))
+    async with hub.store.read() as tx:
+        assert await tx.get("messages", sent.message.id) is not None
+    assert await hub.store.write(backend_pid) != first

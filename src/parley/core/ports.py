@@ -40,9 +40,9 @@ class Tx(Protocol):
     channels, channel_messages, sessions, tasks, invocations, pending_turns, invitations."""
 
     def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None: ...
-    def before_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` inside this transaction, after every job of it, just before the
-        commit (a cluster bus announces the commit there)."""
+    def notify_on_commit(self, channel: str, payload: str) -> None:
+        """Send a PostgreSQL ``NOTIFY`` inside this transaction, after every job of it, just
+        before the commit (the cluster bus announces the commit there)."""
         ...
 
     def insert(self, name: str, record: BaseModel) -> None: ...

@@ -43,10 +43,6 @@ RECONNECT_MIN_S = 0.05
 RECONNECT_MAX_S = 2.0
 
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
-# A function scan yields an array's elements in order: the notifications go out as queued.
-_NOTIFY_ALL = text(
-    "SELECT count(pg_notify(:channel, p)) FROM unnest(CAST(:payloads AS text[])) AS p"
-)
 
 log = logging.getLogger("parley.bus")
 
@@ -106,17 +102,8 @@ class PostgresBus:
 
     def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
         assert isinstance(tx, SqlTx)
-        queued: list[str] | None = getattr(tx, "_notifications", None)
-        if queued is None:
-            # One statement for all the transaction's notifications, just before its commit.
-            queued = []
-            tx._notifications = queued  # type: ignore[attr-defined]
-
-            async def notify() -> None:
-                await tx.conn.execute(_NOTIFY_ALL, {"channel": CHANNEL, "payloads": queued})
-
-            tx.before_commit(notify)
-        queued.append(self._payload(topic, data))
+        # Sent with the transaction's last statement, with its buffered inserts (PostgresStore).
+        tx.notify_on_commit(CHANNEL, self._payload(topic, data))
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
         """Publish outside any transaction (e.g. a notice about something already committed)."""

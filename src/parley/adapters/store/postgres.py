@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from parley.adapters.store import migrate
-from parley.adapters.store.sql import SqlStore, SqlTx
+from parley.adapters.store.postgres_bulk import BulkStatements
+from parley.adapters.store.postgres_direct import DirectPostgres
+from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlStore, SqlTx
 from parley.core.errors import StorageError
 
 # Any constant works; it only has to be the same for every hub migrating this database.
 _MIGRATION_LOCK = 0x70617231
-# How long a batch of jobs waits for a row lock before it is run again job by job.
-_BATCH_LOCK_TIMEOUT = text("SET LOCAL lock_timeout = '50ms'")
+# A write transaction's start, in one round trip; a batch of several jobs waits at most this
+# long for a row lock before it is run again job by job (see ``_write_transaction``).
+_BEGIN = "BEGIN"
+_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
+_BEGIN_BATCH = f"{_BEGIN}; {_LOCK_TIMEOUT}"
+# Notifications through SQLAlchemy (``direct_statements`` off).
+_NOTIFY_ALL = text(
+    "SELECT count(pg_notify(c, p)) FROM unnest(CAST(:channels AS text[]), "
+    "CAST(:payloads AS text[])) AS n(c, p)"
+)
 # The namespace (first key) of the advisory locks that say a hub is alive.
 _LIVENESS_LOCKS = 0x70617232
 
@@ -44,10 +56,19 @@ class PostgresStore(SqlStore):
     # now and then, and such a job is retried (``SqlStore._run_alone``).
     writer_count = 1
     _liveness: AsyncConnection | None = None
+    _write_engine: AsyncEngine | None = None
+    _writer_conn: AsyncConnection | None = None
+    _bulk_statements: BulkStatements | None = None
+    _runner: DirectPostgres | None = None
+    # Whether the writer runs its transactions, inserts and statements built once on asyncpg
+    # directly (off: all through SQLAlchemy, as the equivalence tests compare).
+    direct_statements = True
 
     async def open(self) -> None:
         try:
             self.engine = create_async_engine(async_url(self.url), pool_size=10, max_overflow=10)
+            # The writer begins and ends its transactions itself (``_write_transaction``).
+            self._write_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             async with self.engine.connect() as conn:
                 # Several hubs may start at once; one migrates, the others wait and find head.
                 await conn.execute(text(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})"))
@@ -64,13 +85,96 @@ class PostgresStore(SqlStore):
             await self.close()
             raise StorageError(f"could not open the PostgreSQL store: {exc}") from exc
 
-    async def begin_batch(self, tx: SqlTx) -> None:
-        """A batch of several jobs locks their rows in the order the jobs came, and another
-        hub's batch may lock the same rows in another order: a deadlock PostgreSQL breaks only
-        after ``deadlock_timeout`` (1 s), three of them a second with three hubs under mail
-        load. A batch instead gives up on a row lock it cannot get soon; its jobs are then run
-        one by one (``SqlStore._run_batch``), and a lone job waits as long as it must."""
-        await tx.conn.execute(_BATCH_LOCK_TIMEOUT)
+    async def insert_rows(
+        self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
+    ) -> None:
+        """Every table's buffered rows and the notifications in one round trip
+        (``postgres_bulk``)."""
+        if not self.direct_statements:
+            await super().insert_rows(tx, pending)
+            if notifications:
+                channels, payloads = zip(*notifications, strict=True)
+                params = {"channels": list(channels), "payloads": list(payloads)}
+                await tx.conn.execute(_NOTIFY_ALL, params)
+            return
+        if self._bulk_statements is None:
+            self._bulk_statements = BulkStatements(RECORD_TABLES, tx.conn.dialect)
+        sql, args = self._bulk_statements.build(pending, notifications)
+        if isinstance(tx, WriterTx):
+            await tx.runner.run(sql, *args)
+        else:
+            await tx.conn.exec_driver_sql(sql, tuple(args))
+
+    @contextlib.asynccontextmanager
+    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
+        # The single writer keeps its connection (no pool checkout and reset per batch); a
+        # broken one is replaced.
+        assert self._write_engine is not None
+        if not self.direct_statements:
+            async with super()._write_connection() as pooled:
+                yield pooled
+            return
+        conn = self._writer_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._writer_conn = await self._write_engine.connect()
+        yield conn
+
+    @contextlib.asynccontextmanager
+    async def _write_transaction(
+        self, conn: AsyncConnection, *, batch: bool
+    ) -> AsyncIterator[SqlTx]:
+        """BEGIN and COMMIT go to asyncpg directly, on a connection SQLAlchemy runs in
+        autocommit mode (so it sends no BEGIN of its own, and its statements join this
+        transaction): through SQLAlchemy the BEGIN and a batch's lock timeout were two round
+        trips, now one.
+
+        A batch of several jobs locks their rows in the order the jobs came, and another hub's
+        batch may lock the same rows in another order: a deadlock PostgreSQL breaks only after
+        ``deadlock_timeout`` (1 s), three of them a second with three hubs under mail load. A
+        batch instead gives up on a row lock it cannot get soon; its jobs are then run one by
+        one (``SqlStore._run_batch``), and a lone job waits as long as it must."""
+        if not self.direct_statements:
+            async with super()._write_transaction(conn, batch=batch) as tx:
+                if batch:
+                    await tx.conn.exec_driver_sql(_LOCK_TIMEOUT)
+                yield tx
+            return
+        conn, runner = await self._begin(conn, _BEGIN_BATCH if batch else _BEGIN)
+        try:
+            yield WriterTx(conn, self, runner)
+            await runner.run("COMMIT")
+        except BaseException:
+            # The transaction must not outlive this batch on the kept connection: if it cannot
+            # be rolled back (a cancel mid-statement, a lost server), the connection goes.
+            try:
+                await runner.driver.execute("ROLLBACK")
+            except BaseException:
+                await conn.invalidate()
+            raise
+
+    async def _begin(
+        self, conn: AsyncConnection, begin: str
+    ) -> tuple[AsyncConnection, DirectPostgres]:
+        """Send ``begin`` on the kept connection. If that connection died while idle (the
+        server restarted, an administrator or an idle timeout ended it), nothing has run yet:
+        it is replaced and ``begin`` sent once more."""
+        assert self._write_engine is not None
+        for attempt in range(2):
+            raw = await conn.get_raw_connection()
+            # A replaced writer connection gets a runner (and prepared statements) of its own.
+            runner = self._runner
+            if runner is None or runner.driver is not raw.driver_connection:
+                runner = self._runner = DirectPostgres(conn, raw.driver_connection)
+            try:
+                await runner.run(begin)
+                return conn, runner
+            except DBAPIError:
+                if attempt or not runner.driver.is_closed():
+                    raise
+            with contextlib.suppress(Exception):
+                await conn.close()
+            conn = self._writer_conn = await self._write_engine.connect()
+        raise AssertionError("unreachable")
 
     def lock_row(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -103,8 +207,27 @@ class PostgresStore(SqlStore):
         return False
 
     async def close(self) -> None:
+        if self._writer_conn is not None:
+            with contextlib.suppress(Exception):
+                await self._writer_conn.close()
+            self._writer_conn = None
+        self._runner = None
         if self._liveness is not None:
             with contextlib.suppress(Exception):
                 await self._liveness.close()
             self._liveness = None
         await super().close()
+
+
+class WriterTx(SqlTx):
+    """A transaction of the writer: statements built once run on asyncpg directly."""
+
+    def __init__(self, conn: AsyncConnection, store: SqlStore, runner: DirectPostgres) -> None:
+        super().__init__(conn, store)
+        self.runner = runner
+
+    async def _exec_built(
+        self, stmt: Any, params: dict[str, Any], *, reads: frozenset[str] | None = None
+    ) -> Any:
+        await self._flush_for(reads)
+        return await self.runner.execute(stmt, params)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, Text, bindparam, literal_column, select, union_all, update
+from sqlalchemy import (
+    Integer,
+    String,
+    Text,
+    any_,
+    bindparam,
+    literal_column,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from parley.adapters.store import schema as s
 from parley.core.mail import OPEN_STATUSES
@@ -27,6 +38,17 @@ MARK_DELIVERED = (
     update(s.messages)
     .where(
         s.messages.c.id.in_(bindparam("_ids", expanding=True)),
+        s.messages.c.status == "pending",
+    )
+    .values(status="delivered", delivered_at=bindparam("_at"))
+)
+
+# The same on PostgreSQL, with the ids as one array: a statement built once that its writer
+# runs directly (``postgres_direct``), as the SSE inbox stream marks every message it sends.
+MARK_DELIVERED_ANY = (
+    update(s.messages)
+    .where(
+        s.messages.c.id == any_(bindparam("_ids", type_=ARRAY(String))),
         s.messages.c.status == "pending",
     )
     .values(status="delivered", delivered_at=bindparam("_at"))

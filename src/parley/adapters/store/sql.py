@@ -57,6 +57,9 @@ from parley.core.workers import Artifact, Worker
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
+# A transaction's buffered rows by table, and its notifications as (channel, payload).
+Rows = dict[str, list[dict[str, Any]]]
+Notifications = Sequence[tuple[str, str]]
 
 # Tables whose rows map one-to-one onto a core model: generic insert/get/update serve them.
 _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
@@ -84,7 +87,10 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
     "bridge_links": (s.bridge_links, BridgeLink),
     "bridge_link_codes": (s.bridge_link_codes, LinkCode),
 }
+# Each record's table by name (the PostgreSQL store's bulk inserts).
+RECORD_TABLES = {name: table for name, (table, _) in _RECORDS.items()}
 _PRINCIPALS = frozenset({"principals"})
+_NOTHING: frozenset[str] = frozenset()
 _COLUMNS = {name: frozenset(table.columns.keys()) for name, (table, _) in _RECORDS.items()}
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
@@ -188,26 +194,26 @@ class SqlTx:
         self.conn = conn
         self.store = store
         self.direct = direct
-        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._pending: Rows = {}
         self._after: list[Callable[[], Awaitable[None] | None]] = []
-        self._before: list[Callable[[], Awaitable[None]]] = []
+        # (channel, payload) of each NOTIFY this transaction sends just before it commits.
+        self.notifications: list[tuple[str, str]] = []
 
     # -- plumbing ---------------------------------------------------------------------------
     def after_commit(self, callback: Callable[[], Awaitable[None] | None]) -> None:
         """Run ``callback`` once this transaction has committed (never if it rolls back)."""
         self._after.append(callback)
 
-    def before_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` in this transaction once its jobs are done, just before commit."""
-        self._before.append(callback)
+    def notify_on_commit(self, channel: str, payload: str) -> None:
+        """Send a PostgreSQL ``NOTIFY`` in this transaction once its jobs are done, just
+        before it commits: it is sent if and only if the data commits (PostgreSQL only)."""
+        self.notifications.append((channel, payload))
 
     async def flush(self) -> None:
+        """Send the buffered inserts."""
         pending, self._pending = self._pending, {}
-        for name, rows in pending.items():
-            if self.direct is not None:
-                self.direct.insert_many(_INSERTS[name], rows)
-            else:
-                await self.conn.execute(_INSERTS[name], rows)
+        if pending:
+            await self.store.insert_rows(self, pending)
 
     async def _flush_for(self, reads: frozenset[str] | None) -> None:
         """Send the buffered inserts before a statement, so that it sees them. A statement that
@@ -420,7 +426,11 @@ class SqlTx:
         buffered = {row["id"] for row in self._pending.get("messages", ())}
         if not buffered.isdisjoint(wanted):
             await self.flush()
-        result = await self.conn.execute(prepared.MARK_DELIVERED, {"_ids": wanted, "_at": at})
+        params = {"_ids": wanted, "_at": at}
+        if self.store.dialect == "postgresql":
+            result = await self._exec_built(prepared.MARK_DELIVERED_ANY, params, reads=_NOTHING)
+        else:
+            result = await self.conn.execute(prepared.MARK_DELIVERED, params)
         return int(result.rowcount)
 
     async def last_broadcast_at(self, sender_id: str) -> datetime | None:
@@ -682,9 +692,24 @@ class SqlStore:
             stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
         return stmt
 
-    async def begin_batch(self, tx: SqlTx) -> None:
-        """Prepare the transaction of a batch of several jobs (a dialect's hook)."""
-        return None
+    async def insert_rows(
+        self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
+    ) -> None:
+        """Insert a transaction's buffered rows (by table), one ``executemany`` per table, and
+        send its ``notifications`` (which only PostgreSQL has)."""
+        if notifications:
+            raise StorageError(f"{self.dialect} has no NOTIFY: the cluster bus needs PostgreSQL")
+        for name, rows in pending.items():
+            if tx.direct is not None:
+                tx.direct.insert_many(_INSERTS[name], rows)
+            else:
+                await tx.conn.execute(_INSERTS[name], rows)
+
+    async def finish(self, tx: SqlTx) -> None:
+        """The last statements of a write transaction, before its commit."""
+        pending, tx._pending = tx._pending, {}
+        if pending or tx.notifications:
+            await self.insert_rows(tx, pending, tx.notifications)
 
     async def mark_alive(self, owner: str) -> None:
         self._owner = owner
@@ -778,14 +803,13 @@ class SqlStore:
         try:
             # One transaction object for the whole batch, so the buffered inserts of all its
             # jobs go out as one executemany per table.
-            async with self._write_connection() as conn, self._write_transaction(conn) as tx:
-                if len(batch) > 1:
-                    await self.begin_batch(tx)
+            async with (
+                self._write_connection() as conn,
+                self._write_transaction(conn, batch=len(batch) > 1) as tx,
+            ):
                 for job, _ in batch:
                     results.append(await job(tx))
-                await tx.flush()
-                for before in tx._before:
-                    await before()
+                await self.finish(tx)
                 afters = tx._after
         except Exception as exc:
             if len(batch) > 1 or (not final and _transient(exc)):
@@ -820,9 +844,11 @@ class SqlStore:
         return exc
 
     @contextlib.asynccontextmanager
-    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[SqlTx]:
-        """Begins a write batch's transaction on ``conn`` and gives its transaction object;
-        commits it, or rolls it back on error."""
+    async def _write_transaction(
+        self, conn: AsyncConnection, *, batch: bool
+    ) -> AsyncIterator[SqlTx]:
+        """Begins a write transaction on ``conn`` (for a ``batch`` of several jobs, or one job)
+        and gives its transaction object; commits it, or rolls it back on error."""
         async with conn.begin():
             yield SqlTx(conn, self)
 

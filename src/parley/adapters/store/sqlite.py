@@ -207,12 +207,14 @@ class SqliteStore(SqlStore):
         return driver._conn
 
     @contextlib.asynccontextmanager
-    async def _write_transaction(self, conn: AsyncConnection) -> AsyncIterator[SqlTx]:
+    async def _write_transaction(
+        self, conn: AsyncConnection, *, batch: bool
+    ) -> AsyncIterator[SqlTx]:
         # BEGIN and COMMIT on the sqlite3 connection: through SQLAlchemy they cost a statement's
         # overhead each. A statement SQLAlchemy runs inside starts its own transaction object
         # (the begin listener sees SQLite's transaction open), which then ends this one.
         if not self.direct_statements:
-            async with super()._write_transaction(conn) as tx:
+            async with super()._write_transaction(conn, batch=batch) as tx:
                 yield tx
             return
         raw = self._driver(conn)

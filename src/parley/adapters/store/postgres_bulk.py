@@ -1,0 +1,111 @@
+"""A PostgreSQL write transaction's buffered inserts and notifications in one statement.
+
+A batch of mail sends buffers rows for two tables (``messages``, ``events``) and queues a
+``NOTIFY`` for each message; as one ``executemany`` per table plus one notify statement that was
+three round trips before the commit, and a round trip costs far more than PostgreSQL's own work
+for a few rows. Here each table's rows go in as one array per column, unnested by a
+data-modifying ``WITH`` clause, and the notifications ride in the same statement's query::
+
+    WITH i0 AS (INSERT INTO messages (id, ...) SELECT * FROM unnest($1::VARCHAR(32)[], ...)),
+         i1 AS (INSERT INTO events (id, ...) SELECT * FROM unnest($9::VARCHAR(32)[], ...))
+    SELECT count(pg_notify(c, p)) FROM unnest($15::text[], $16::text[]) AS n(c, p)
+
+PostgreSQL runs every data-modifying ``WITH`` clause once and to completion whether or not the
+query reads it, and checks constraints at the end of the statement, as ``executemany`` did per
+row. Values go through the bind processors SQLAlchemy's dialect would apply to each column
+(JSON text, booleans), so the rows are stored exactly as an ``INSERT`` through SQLAlchemy
+stores them. A function scan yields an array's elements in order: the rows and the
+notifications go in as queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.engine import Dialect
+
+Processor = Callable[[Any], Any] | None
+# (table name, the columns of its rows) for each group of rows, in order.
+Shape = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+class BulkStatement:
+    """The statement text for one shape of buffered rows, and each column's bind processor."""
+
+    __slots__ = ("processors", "sql")
+
+    def __init__(
+        self, tables: dict[str, Table], shape: Shape, notify: bool, dialect: Dialect
+    ) -> None:
+        quote = dialect.identifier_preparer.quote
+        clauses: list[str] = []
+        self.processors: list[list[Processor]] = []
+        n = 0
+        for i, (name, columns) in enumerate(shape):
+            table = tables[name]
+            arrays: list[str] = []
+            processors: list[Processor] = []
+            for column in columns:
+                n += 1
+                type_ = table.c[column].type
+                arrays.append(f"${n}::{type_.compile(dialect=dialect)}[]")
+                processors.append(type_.dialect_impl(dialect).bind_processor(dialect))
+            self.processors.append(processors)
+            clauses.append(
+                f"i{i} AS (INSERT INTO {quote(table.name)} ({', '.join(map(quote, columns))}) "
+                f"SELECT * FROM unnest({', '.join(arrays)}))"
+            )
+        query = (
+            f"SELECT count(pg_notify(c, p)) FROM unnest(${n + 1}::text[], ${n + 2}::text[])"
+            " AS n(c, p)"
+            if notify
+            else "SELECT 0"
+        )
+        self.sql = f"WITH {', '.join(clauses)} {query}" if clauses else query
+
+    def arguments(
+        self,
+        rows: Sequence[Sequence[dict[str, Any]]],
+        shape: Shape,
+        notifications: Sequence[tuple[str, str]],
+    ) -> list[Any]:
+        """One array per column of each table's ``rows``, then the channels and payloads."""
+        args: list[Any] = []
+        for table_rows, (_, columns), processors in zip(rows, shape, self.processors, strict=True):
+            for column, process in zip(columns, processors, strict=True):
+                values = [row[column] for row in table_rows]
+                args.append(values if process is None else [process(v) for v in values])
+        if notifications:
+            args.append([channel for channel, _ in notifications])
+            args.append([payload for _, payload in notifications])
+        return args
+
+
+class BulkStatements:
+    """Statements by shape, built on first use (a hub sees only a handful of shapes)."""
+
+    def __init__(self, tables: dict[str, Table], dialect: Dialect) -> None:
+        self.tables = tables
+        self.dialect = dialect
+        self._built: dict[tuple[Shape, bool], BulkStatement] = {}
+
+    def build(
+        self, pending: dict[str, list[dict[str, Any]]], notifications: Sequence[tuple[str, str]]
+    ) -> tuple[str, list[Any]]:
+        """The SQL text and positional arguments inserting ``pending`` and sending
+        ``notifications``. A table's rows are grouped by their columns (a record's rows all
+        have the same), as ``executemany`` takes one column list."""
+        groups: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+        for name, rows in pending.items():
+            for row in rows:
+                groups.setdefault((name, tuple(row)), []).append(row)
+        shape: Shape = tuple(groups)
+        key = (shape, bool(notifications))
+        statement = self._built.get(key)
+        if statement is None:
+            statement = self._built[key] = BulkStatement(
+                self.tables, shape, bool(notifications), self.dialect
+            )
+        return statement.sql, statement.arguments(list(groups.values()), shape, notifications)
