@@ -14,8 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from parley.adapters.bus.postgres import MAX_PAYLOAD_BYTES, PostgresBus, asyncpg_dsn
+from parley.adapters.bus.postgres import CHANNEL, MAX_PAYLOAD_BYTES, PostgresBus, asyncpg_dsn
 from parley.adapters.store.postgres import PostgresStore
+from parley.adapters.store.postgres_bulk import NOTIFY_SEPARATOR
 from parley.bootstrap import build_bus
 from parley.core.ports import Subscription
 
@@ -85,15 +86,36 @@ async def test_both_hubs_see_every_publish_once_in_commit_order(two_hubs: Any) -
 
 
 async def test_the_publishes_of_one_transaction_arrive_in_their_order(two_hubs: Any) -> None:
+    """They travel joined, as many to a notification as fit under PostgreSQL's limit."""
     (store_a, bus_a), (_, bus_b) = two_hubs
     on_b = bus_b.subscribe(["channel:z"])
+    payloads: list[str] = []
+    entries = 0
+    all_heard = asyncio.Event()
 
-    async def job(tx: Any) -> None:
-        for n in range(50):
-            bus_a.publish_on_commit(tx, "channel:z", {"n": n})
+    def heard(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        nonlocal entries
+        payloads.append(payload)
+        entries += len(payload.split(NOTIFY_SEPARATOR))
+        if entries == 50:
+            all_heard.set()
 
-    await store_a.write(job)
-    assert await _take(on_b, 50) == [{"n": n} for n in range(50)]
+    listener = await asyncpg.connect(asyncpg_dsn(store_a.url))
+    await listener.add_listener(CHANNEL, heard)
+    try:
+
+        async def job(tx: Any) -> None:
+            for n in range(50):
+                bus_a.publish_on_commit(tx, "channel:z", {"n": n, "pad": "x" * 500})
+
+        await store_a.write(job)
+        assert await _take(on_b, 50) == [{"n": n, "pad": "x" * 500} for n in range(50)]
+        async with asyncio.timeout(DEADLINE_S):
+            await all_heard.wait()
+    finally:
+        await listener.close()
+    assert 1 < len(payloads) < 50
+    assert all(len(p.encode()) < 8_000 for p in payloads)
 
 
 async def test_equal_publishes_of_one_transaction_all_arrive(two_hubs: Any) -> None:

@@ -10,7 +10,8 @@ skip 5 as already passed.
 
 A publish tied to a transaction (``publish_on_commit``) issues its ``NOTIFY`` inside that
 transaction, just before the commit: the notification is sent if and only if the data commits,
-and never before it. A payload too big for a notification (PostgreSQL's limit is 8,000 bytes)
+and never before it. A transaction's publishes travel joined in as few notifications as fit
+(``postgres_bulk.pack_notifications``), and are handed out one by one in their order. A payload too big for a notification (PostgreSQL's limit is 8,000 bytes)
 goes out as a bare nudge of its topic; subscribers get ``overflow`` and re-read from the store,
 as they do when they fall behind. When the listening connection is lost, the bus reconnects
 with backoff and then sends ``overflow`` to every subscriber: what it missed meanwhile is in the
@@ -32,13 +33,14 @@ from sqlalchemy import text
 
 from parley.adapters.bus.memory import OVERFLOW, MemoryBus, MemorySubscription
 from parley.adapters.store.postgres import PostgresStore
+from parley.adapters.store.postgres_bulk import NOTIFY_MAX_BYTES, NOTIFY_SEPARATOR
 from parley.adapters.store.sql import SqlTx
 from parley.core.ids import new_ulid
 from parley.core.ports import Tx
 
 CHANNEL = "parley_bus"
 # PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more; keep clear of it.
-MAX_PAYLOAD_BYTES = 7_900
+MAX_PAYLOAD_BYTES = NOTIFY_MAX_BYTES
 RECONNECT_MIN_S = 0.05
 RECONNECT_MAX_S = 2.0
 
@@ -119,7 +121,12 @@ class PostgresBus:
         return self.local.subscriber_count(topic)
 
     def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        topic, _, rest = payload.partition("\n")
+        # A transaction's publishes arrive joined, in their order (``pack_notifications``).
+        for entry in payload.split(NOTIFY_SEPARATOR):
+            self._deliver(entry)
+
+    def _deliver(self, entry: str) -> None:
+        topic, _, rest = entry.partition("\n")
         if topic not in self.local._subs:
             return  # nobody here listens to it: not even decoded
         _origin, _, body = rest.partition("\n")

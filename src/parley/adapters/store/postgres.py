@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from parley.adapters.store import migrate
-from parley.adapters.store.postgres_bulk import BulkStatements
+from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
 from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlStore, SqlTx
 from parley.core.errors import StorageError
@@ -93,7 +93,7 @@ class PostgresStore(SqlStore):
         if not self.direct_statements:
             await super().insert_rows(tx, pending)
             if notifications:
-                channels, payloads = zip(*notifications, strict=True)
+                channels, payloads = zip(*pack_notifications(notifications), strict=True)
                 params = {"channels": list(channels), "payloads": list(payloads)}
                 await tx.conn.execute(_NOTIFY_ALL, params)
             return

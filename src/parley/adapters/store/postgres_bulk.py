@@ -27,8 +27,31 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 Processor = Callable[[Any], Any] | None
+# Notifications of one transaction on one channel travel joined by this character, as many as
+# fit in one payload: a listener then handles one message per commit instead of one per
+# publish, and PostgreSQL queues and signals one. JSON escapes control characters, so it never
+# occurs inside a payload the bus makes.
+NOTIFY_SEPARATOR = "\x1e"
+# PostgreSQL refuses a payload of 8,000 bytes or more.
+NOTIFY_MAX_BYTES = 7_900
 # (table name, the columns of its rows) for each group of rows, in order.
 Shape = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def pack_notifications(notifications: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Join consecutive notifications on one channel with ``NOTIFY_SEPARATOR`` while the joined
+    payload stays under ``NOTIFY_MAX_BYTES``; the order is kept."""
+    packed: list[tuple[str, str]] = []
+    size = 0
+    for channel, payload in notifications:
+        length = len(payload.encode())
+        if packed and packed[-1][0] == channel and size + 1 + length < NOTIFY_MAX_BYTES:
+            packed[-1] = (channel, packed[-1][1] + NOTIFY_SEPARATOR + payload)
+            size += 1 + length
+        else:
+            packed.append((channel, payload))
+            size = length
+    return packed
 
 
 class BulkStatement:
@@ -108,4 +131,5 @@ class BulkStatements:
             statement = self._built[key] = BulkStatement(
                 self.tables, shape, bool(notifications), self.dialect
             )
-        return statement.sql, statement.arguments(list(groups.values()), shape, notifications)
+        packed = pack_notifications(notifications)
+        return statement.sql, statement.arguments(list(groups.values()), shape, packed)
