@@ -227,12 +227,12 @@ async def test_mail_marked_delivered_in_the_transaction_that_stored_it_is_delive
     """Marking delivered skips the batch's buffered inserts, except the mail it marks."""
     to = await make_agent("marked-in-tx")
 
-    async def job(tx: Tx) -> tuple[str, int]:
+    async def job(tx: Tx) -> tuple[str, list[str]]:
         msg = await hub.mail.deliver_system(tx, to.id, "info", "stored and marked at once")
-        return msg.id, await tx.mark_delivered([msg.id], datetime.now(UTC))
+        return msg.id, await tx.mark_delivered([msg.id, "not-a-message"], datetime.now(UTC))
 
     message_id, marked = await hub.store.write(job)
-    assert marked == 1
+    assert marked == [message_id]
     async with hub.store.read() as tx:
         stored = await tx.get("messages", message_id)
     assert stored is not None and stored.status == "delivered"

@@ -22,6 +22,7 @@ from parley.core.limits import check_size, check_text, json_bytes
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
 from parley.core.ports import Page, Tx
 from parley.service.context import ServiceContext
+from parley.service.delivery_marks import DeliveryMarks
 from parley.service.identity import (
     TOKENS_REVOKED,
     Identity,
@@ -58,6 +59,7 @@ class Mail:
     def __init__(self, ctx: ServiceContext, identity: Identity) -> None:
         self.ctx = ctx
         self.identity = identity
+        self._marks = DeliveryMarks(ctx)
 
     # -- sending ------------------------------------------------------------------------------
     async def send(self, caller: Principal, req: SendRequest) -> Sent:
@@ -374,24 +376,10 @@ class Mail:
             await sub.close()
 
     async def mark_delivered(self, owner: str, ids: list[str]) -> datetime:
-        """Mark pending mail delivered; returns the delivery time."""
-        now = self.ctx.clock.now()
+        """Mark pending mail delivered; returns the delivery time (see ``DeliveryMarks``)."""
         if not ids:
-            return now
-
-        async def job(tx: Tx) -> None:
-            count = await tx.mark_delivered(ids, now)
-            if count:
-                self.ctx.events.record(
-                    tx,
-                    "mail.delivered",
-                    actor=owner,
-                    subject=f"inbox:{owner}",
-                    payload={"ids": ids},
-                )
-
-        await self.ctx.store.write(job)
-        return now
+            return self.ctx.clock.now()
+        return await self._marks.mark(owner, ids)
 
     def _check_visible(self, caller: Principal, msg: Message) -> None:
         if _may_read(caller, msg):

@@ -11,9 +11,10 @@ skip 5 as already passed.
 A publish tied to a transaction (``publish_on_commit``) issues its ``NOTIFY`` inside that
 transaction, just before the commit: the notification is sent if and only if the data commits,
 and never before it. A transaction's publishes travel joined in as few notifications as fit
-(``postgres_bulk.pack_notifications``), and are handed out one by one in their order. A payload too big for a notification (PostgreSQL's limit is 8,000 bytes)
-goes out as a bare nudge of its topic; subscribers get ``overflow`` and re-read from the store,
-as they do when they fall behind. When the listening connection is lost, the bus reconnects
+(``postgres_bulk.pack_notifications``), and are handed out one by one in their order. A
+payload too big for a notification (PostgreSQL's limit is 8,000 bytes) goes out as a bare
+nudge of its topic; subscribers get ``overflow`` and re-read from the store, as they do when
+they fall behind. When the listening connection is lost, the bus reconnects
 with backoff and then sends ``overflow`` to every subscriber: what it missed meanwhile is in the
 store.
 """

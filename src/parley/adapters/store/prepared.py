@@ -33,7 +33,8 @@ NEXT_INBOX_SEQ = (
     .returning(s.principals.c.inbox_seq)
 )
 
-# Pending mail marked delivered. Run through SQLAlchemy, not directly: the id list expands.
+# Pending mail marked delivered, and the ids it marked. Run through SQLAlchemy, not directly:
+# the id list expands.
 MARK_DELIVERED = (
     update(s.messages)
     .where(
@@ -41,6 +42,7 @@ MARK_DELIVERED = (
         s.messages.c.status == "pending",
     )
     .values(status="delivered", delivered_at=bindparam("_at"))
+    .returning(s.messages.c.id)
 )
 
 # The same on PostgreSQL, with the ids as one array: a statement built once that its writer
@@ -52,6 +54,7 @@ MARK_DELIVERED_ANY = (
         s.messages.c.status == "pending",
     )
     .values(status="delivered", delivered_at=bindparam("_at"))
+    .returning(s.messages.c.id)
 )
 
 # An agent's session in a channel (one at most): read at each member's first turn of a task.

@@ -417,9 +417,9 @@ class SqlTx:
             keep=labelled if label else None,
         )
 
-    async def mark_delivered(self, ids: Sequence[str], at: datetime) -> int:
+    async def mark_delivered(self, ids: Sequence[str], at: datetime) -> list[str]:
         if not ids:
-            return 0
+            return []
         wanted = list(ids)
         # Mail is marked delivered once a reader has seen it, so it is committed: the sends
         # buffered by other jobs of this batch need not go out first, unless one is marked.
@@ -431,7 +431,7 @@ class SqlTx:
             result = await self._exec_built(prepared.MARK_DELIVERED_ANY, params, reads=_NOTHING)
         else:
             result = await self.conn.execute(prepared.MARK_DELIVERED, params)
-        return int(result.rowcount)
+        return [row[0] for row in result.all()]
 
     async def last_broadcast_at(self, sender_id: str) -> datetime | None:
         m = s.messages.c
