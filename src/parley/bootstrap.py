@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parley.adapters.bus.memory import MemoryBus
-from parley.adapters.store.sql import SqlStore
+from parley.adapters.store.sql_store import SqlStore
 from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings

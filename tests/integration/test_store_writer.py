@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from parley.adapters.bus.postgres import asyncpg_dsn
-from parley.adapters.store.sql import SqlStore, SqlTx
+from parley.adapters.store.sql import SqlTx
+from parley.adapters.store.sql_store import SqlStore
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.service.hub import Hub

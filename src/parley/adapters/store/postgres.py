@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from parley.adapters.store import migrate
 from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
-from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlStore, SqlTx
+from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlTx
+from parley.adapters.store.sql_store import SqlStore
 from parley.core.errors import StorageError
 
 # Any constant works; it only has to be the same for every hub migrating this database.

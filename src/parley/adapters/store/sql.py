@@ -1,20 +1,13 @@
-"""The SQL store shared by SQLite and PostgreSQL (SQLAlchemy 2 Core, async).
-
-Writes go through a small group-commit writer: callers hand it a job (an async function of a
-transaction); the writer runs as many queued jobs as are waiting in one database transaction and
-commits once. If any job in a batch raises, the batch is rolled back and every job is run again
-alone, so one refused request never takes its neighbours down and never leaves half its writes
-behind. Side effects (bus publishes) are registered with ``tx.after_commit`` and run only once
-the data they announce is durable: persist before publish.
+"""A transaction of the SQL store shared by SQLite and PostgreSQL (SQLAlchemy 2 Core, async):
+parley's records and queries over one database transaction. The store itself, with its
+group-commit writer, is ``sql_store``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import (
@@ -29,8 +22,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import ClauseElement
 
 from parley.adapters.store import prepared
@@ -46,7 +38,6 @@ from parley.core.channels import (
     Task,
 )
 from parley.core.consent import Invitation
-from parley.core.errors import ParleyError, StorageError
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
@@ -54,6 +45,9 @@ from parley.core.meetings import SpeakerSources
 from parley.core.ports import Page
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
 from parley.core.workers import Artifact, Worker
+
+if TYPE_CHECKING:
+    from parley.adapters.store.sql_store import SqlStore
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
@@ -642,218 +636,3 @@ class SqlTx:
         params = {"_agent": agent_id, "_channel": channel_id}
         row = (await self._exec_built(prepared.SESSION_FOR, params)).mappings().first()
         return None if row is None else _row_to("sessions", row)
-
-
-TRANSIENT_RETRIES = 3
-_TRANSIENT_STATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
-
-
-def _transient(exc: BaseException) -> bool:
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return state in _TRANSIENT_STATES or "deadlock detected" in str(exc)
-
-
-class SqlStore:
-    """A parley store on one SQLAlchemy async engine (plus a dedicated writer connection)."""
-
-    dialect = "sql"
-    writer_count = 1
-    # Whether ``write(eager=True)`` may run a job in the caller's task: only where statements
-    # and the commit never suspend (SQLite's writer on the loop), so a cancel cannot land inside
-    # a commit (a job cancelled while awaiting something else is rolled back whole), and where
-    # batching saves little (a PostgreSQL commit waits for the server's WAL flush).
-    eager_writes = False
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.engine: AsyncEngine | None = None
-        self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
-        self._writers: list[asyncio.Task[None]] = []
-        self.max_batch = 256
-        # Held while a batch or an eager write runs: one transaction at a time on the writer.
-        self._writing = asyncio.Lock()
-        self._owner: str | None = None
-        # Told the number of jobs of each committed batch (the hub's metrics).
-        self.on_batch: Callable[[int], None] | None = None
-        self._locked_gets: dict[str, Any] = {}
-
-    # -- dialect hooks ----------------------------------------------------------------------
-    def lock_row(self, stmt: Any) -> Any:
-        return stmt
-
-    def get_by_id(self, name: str, *, for_update: bool) -> Any:
-        """The statement reading one record by id, with this dialect's row lock if
-        ``for_update``: built once, as every trigger, reply and finish locks a row."""
-        if not for_update:
-            return _GETS[name]
-        stmt = self._locked_gets.get(name)
-        if stmt is None:
-            stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
-        return stmt
-
-    async def insert_rows(
-        self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
-    ) -> None:
-        """Insert a transaction's buffered rows (by table), one ``executemany`` per table, and
-        send its ``notifications`` (which only PostgreSQL has)."""
-        if notifications:
-            raise StorageError(f"{self.dialect} has no NOTIFY: the cluster bus needs PostgreSQL")
-        for name, rows in pending.items():
-            if tx.direct is not None:
-                tx.direct.insert_many(_INSERTS[name], rows)
-            else:
-                await tx.conn.execute(_INSERTS[name], rows)
-
-    async def finish(self, tx: SqlTx) -> None:
-        """The last statements of a write transaction, before its commit."""
-        pending, tx._pending = tx._pending, {}
-        if pending or tx.notifications:
-            await self.insert_rows(tx, pending, tx.notifications)
-
-    async def mark_alive(self, owner: str) -> None:
-        self._owner = owner
-
-    async def is_alive(self, owner: str) -> bool:
-        # One process per store (SQLite's data root lock): any other hub id is a dead one.
-        return owner == self._owner
-
-    async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
-        result = await tx._exec_built(
-            prepared.NEXT_INBOX_SEQ, {"_recipient": recipient_id}, reads=_PRINCIPALS
-        )
-        return int(result.scalar_one())
-
-    # -- lifecycle --------------------------------------------------------------------------
-    async def open(self) -> None:
-        raise NotImplementedError
-
-    async def start_writers(self) -> None:
-        for i in range(self.writer_count):
-            self._writers.append(
-                asyncio.create_task(self._writer_loop(), name=f"parley-writer-{i}")
-            )
-
-    async def close(self) -> None:
-        for task in self._writers:
-            task.cancel()
-        for task in self._writers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._writers.clear()
-        if self.engine is not None:
-            await self.engine.dispose()
-            self.engine = None
-
-    # -- transactions -----------------------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[SqlTx]:
-        """A read-only transaction on a pooled connection."""
-        assert self.engine is not None, "store is not open"
-        try:
-            async with self.engine.connect() as conn:
-                yield SqlTx(conn, self)
-        except (SQLAlchemyError, DBAPIError) as exc:
-            raise StorageError(f"reading from the store failed: {exc}") from exc
-
-    async def write(self, job: Job[T], *, eager: bool = False) -> T:
-        """Run ``job`` in a write transaction (possibly batched with others) and return its
-        result once committed (see ``Store.write`` for ``eager``)."""
-        if not self._writers:
-            await self.start_writers()
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        if eager and self.eager_writes and self._queue.empty() and not self._writing.locked():
-            # Taking a free asyncio lock does not suspend: no batch can start in between.
-            async with self._writing:
-                await self._run_alone((job, fut))
-            return fut.result()
-        await self._queue.put((job, fut))
-        return await fut
-
-    async def _writer_loop(self) -> None:
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            live = [(job, fut) for job, fut in batch if not fut.cancelled()]
-            if not live:
-                continue
-            async with self._writing:
-                if len(live) == 1 or not await self._run_batch(live):
-                    for item in live:
-                        await self._run_alone(item)
-
-    async def _run_alone(self, item: tuple[Job[Any], asyncio.Future[Any]]) -> None:
-        """Run one job in its own transaction, again if the database broke a deadlock or a
-        serialization conflict by aborting it (PostgreSQL with several hubs)."""
-        for attempt in range(TRANSIENT_RETRIES + 1):
-            if await self._run_batch([item], final=attempt == TRANSIENT_RETRIES):
-                return
-
-    async def _run_batch(
-        self, batch: list[tuple[Job[Any], asyncio.Future[Any]]], *, final: bool = True
-    ) -> bool:
-        """Run jobs in one transaction. Returns False (rolled back, nothing resolved) if a job
-        failed inside a multi-job batch, so the caller can retry each alone, or if a lone job
-        hit a transient conflict and this is not its ``final`` attempt."""
-        assert self.engine is not None
-        results: list[Any] = []
-        afters: list[Callable[[], Awaitable[None] | None]] = []
-        try:
-            # One transaction object for the whole batch, so the buffered inserts of all its
-            # jobs go out as one executemany per table.
-            async with (
-                self._write_connection() as conn,
-                self._write_transaction(conn, batch=len(batch) > 1) as tx,
-            ):
-                for job, _ in batch:
-                    results.append(await job(tx))
-                await self.finish(tx)
-                afters = tx._after
-        except Exception as exc:
-            if len(batch) > 1 or (not final and _transient(exc)):
-                return False
-            _, fut = batch[0]
-            if not fut.done():
-                fut.set_exception(self._wrap(exc))
-            return True
-        for (_, fut), result in zip(batch, results, strict=True):
-            if not fut.done():
-                fut.set_result(result)
-        if self.on_batch is not None:
-            self.on_batch(len(batch))
-        for callback in afters:
-            try:
-                outcome = callback()
-                if outcome is not None:
-                    await outcome
-            except Exception:  # a failed publish never undoes a commit (C10 publish_failed)
-                import logging
-
-                logging.getLogger("parley.store").exception("after-commit callback failed")
-        return True
-
-    def _wrap(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, ParleyError):
-            return exc
-        if isinstance(exc, (SQLAlchemyError, DBAPIError)):
-            err = StorageError(f"writing to the store failed: {exc.__class__.__name__}: {exc}")
-            err.__cause__ = exc
-            return err
-        return exc
-
-    @contextlib.asynccontextmanager
-    async def _write_transaction(
-        self, conn: AsyncConnection, *, batch: bool
-    ) -> AsyncIterator[SqlTx]:
-        """Begins a write transaction on ``conn`` (for a ``batch`` of several jobs, or one job)
-        and gives its transaction object; commits it, or rolls it back on error."""
-        async with conn.begin():
-            yield SqlTx(conn, self)
-
-    @contextlib.asynccontextmanager
-    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
-        assert self.engine is not None
-        async with self.engine.connect() as conn:
-            yield conn

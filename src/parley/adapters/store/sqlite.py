@@ -29,7 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from parley.adapters.store import migrate
 from parley.adapters.store import schema as s
-from parley.adapters.store.sql import SqlStore, SqlTx
+from parley.adapters.store.sql import SqlTx
+from parley.adapters.store.sql_store import SqlStore
 from parley.adapters.store.sqlite_direct import DirectSqlite
 from parley.adapters.store.sqlite_inline import InlineConnection, inline_creator
 from parley.core.errors import HubAlreadyRunning, StorageError
