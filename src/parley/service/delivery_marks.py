@@ -28,6 +28,7 @@ class _Group:
         self.done.add_done_callback(lambda f: f.cancelled() or f.exception())
         # Fixed at the job's first run, so that a retried job marks with the same time.
         self.at: datetime | None = None
+        # The loop keeps only a weak reference to a task: the group keeps its writer alive.
         self.task: asyncio.Task[None] | None = None
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import String, any_, bindparam, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from parley.adapters.store import migrate
+from parley.adapters.store import schema as s
 from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
 from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlTx
@@ -29,6 +32,17 @@ _BEGIN_BATCH = f"{_BEGIN}; {_LOCK_TIMEOUT}"
 _NOTIFY_ALL = text(
     "SELECT count(pg_notify(c, p)) FROM unnest(CAST(:channels AS text[]), "
     "CAST(:payloads AS text[])) AS n(c, p)"
+)
+# Pending mail marked delivered, with the ids as one array: a statement built once that the
+# writer runs directly (``postgres_direct``), as every live inbox stream marks what it sends.
+MARK_DELIVERED = (
+    update(s.messages)
+    .where(
+        s.messages.c.id == any_(bindparam("_ids", type_=ARRAY(String))),
+        s.messages.c.status == "pending",
+    )
+    .values(status="delivered", delivered_at=bindparam("_at"))
+    .returning(s.messages.c.id)
 )
 # The namespace (first key) of the advisory locks that say a hub is alive.
 _LIVENESS_LOCKS = 0x70617232
@@ -90,8 +104,9 @@ class PostgresStore(SqlStore):
         self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
     ) -> None:
         """Every table's buffered rows and the notifications in one round trip
-        (``postgres_bulk``)."""
-        if not self.direct_statements:
+        (``postgres_bulk``); through SQLAlchemy, one statement per table and one for the
+        notifications (``direct_statements`` off)."""
+        if not isinstance(tx, WriterTx):
             await super().insert_rows(tx, pending)
             if notifications:
                 channels, payloads = zip(*pack_notifications(notifications), strict=True)
@@ -101,10 +116,12 @@ class PostgresStore(SqlStore):
         if self._bulk_statements is None:
             self._bulk_statements = BulkStatements(RECORD_TABLES, tx.conn.dialect)
         sql, args = self._bulk_statements.build(pending, notifications)
-        if isinstance(tx, WriterTx):
-            await tx.runner.run(sql, *args)
-        else:
-            await tx.conn.exec_driver_sql(sql, tuple(args))
+        await tx.runner.run(sql, *args)
+
+    async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
+        # No flush here: the transaction has sent whatever buffered mail it marks.
+        result = await tx._exec_built(MARK_DELIVERED, {"_ids": ids, "_at": at}, reads=frozenset())
+        return [row[0] for row in result.all()]
 
     @contextlib.asynccontextmanager
     async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
@@ -160,22 +177,27 @@ class PostgresStore(SqlStore):
         server restarted, an administrator or an idle timeout ended it), nothing has run yet:
         it is replaced and ``begin`` sent once more."""
         assert self._write_engine is not None
-        for attempt in range(2):
-            raw = await conn.get_raw_connection()
-            # A replaced writer connection gets a runner (and prepared statements) of its own.
-            runner = self._runner
-            if runner is None or runner.driver is not raw.driver_connection:
-                runner = self._runner = DirectPostgres(conn, raw.driver_connection)
-            try:
-                await runner.run(begin)
-                return conn, runner
-            except DBAPIError:
-                if attempt or not runner.driver.is_closed():
-                    raise
-            with contextlib.suppress(Exception):
-                await conn.close()
-            conn = self._writer_conn = await self._write_engine.connect()
-        raise AssertionError("unreachable")
+        runner = await self._runner_for(conn)
+        try:
+            await runner.run(begin)
+            return conn, runner
+        except DBAPIError:
+            if not runner.driver.is_closed():
+                raise
+        with contextlib.suppress(Exception):
+            await conn.close()
+        conn = self._writer_conn = await self._write_engine.connect()
+        runner = await self._runner_for(conn)
+        await runner.run(begin)
+        return conn, runner
+
+    async def _runner_for(self, conn: AsyncConnection) -> DirectPostgres:
+        """The runner of ``conn``'s asyncpg connection: a replaced writer connection gets one
+        (and prepared statements) of its own."""
+        driver = (await conn.get_raw_connection()).driver_connection
+        if self._runner is None or self._runner.driver is not driver:
+            self._runner = DirectPostgres(conn, driver)
+        return self._runner
 
     def lock_row(self, stmt: Any) -> Any:
         return stmt.with_for_update()

@@ -57,12 +57,13 @@ def pack_notifications(notifications: Sequence[tuple[str, str]]) -> list[tuple[s
 class BulkStatement:
     """The statement text for one shape of buffered rows, and each column's bind processor."""
 
-    __slots__ = ("processors", "sql")
+    __slots__ = ("columns", "processors", "sql")
 
     def __init__(
         self, tables: dict[str, Table], shape: Shape, notify: bool, dialect: Dialect
     ) -> None:
         quote = dialect.identifier_preparer.quote
+        self.columns = [columns for _, columns in shape]
         clauses: list[str] = []
         self.processors: list[list[Processor]] = []
         n = 0
@@ -89,16 +90,13 @@ class BulkStatement:
         self.sql = f"WITH {', '.join(clauses)} {query}" if clauses else query
 
     def arguments(
-        self,
-        rows: Sequence[Sequence[dict[str, Any]]],
-        shape: Shape,
-        notifications: Sequence[tuple[str, str]],
+        self, rows: Sequence[Sequence[dict[str, Any]]], notifications: Sequence[tuple[str, str]]
     ) -> list[Any]:
-        """One array per column of each table's ``rows``, then the channels and payloads."""
+        """One array per column of each group of ``rows``, then the channels and payloads."""
         args: list[Any] = []
-        for table_rows, (_, columns), processors in zip(rows, shape, self.processors, strict=True):
+        for group, columns, processors in zip(rows, self.columns, self.processors, strict=True):
             for column, process in zip(columns, processors, strict=True):
-                values = [row[column] for row in table_rows]
+                values = [row[column] for row in group]
                 args.append(values if process is None else [process(v) for v in values])
         if notifications:
             args.append([channel for channel, _ in notifications])
@@ -132,4 +130,4 @@ class BulkStatements:
                 self.tables, shape, bool(notifications), self.dialect
             )
         packed = pack_notifications(notifications)
-        return statement.sql, statement.arguments(list(groups.values()), shape, packed)
+        return statement.sql, statement.arguments(list(groups.values()), packed)

@@ -9,18 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import (
-    Integer,
-    String,
-    Text,
-    any_,
-    bindparam,
-    literal_column,
-    select,
-    union_all,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Integer, Text, bindparam, literal_column, select, union_all, update
 
 from parley.adapters.store import schema as s
 from parley.core.mail import OPEN_STATUSES
@@ -34,23 +23,11 @@ NEXT_INBOX_SEQ = (
 )
 
 # Pending mail marked delivered, and the ids it marked. Run through SQLAlchemy, not directly:
-# the id list expands.
+# the id list expands (PostgreSQL has its own, ``postgres.MARK_DELIVERED``).
 MARK_DELIVERED = (
     update(s.messages)
     .where(
         s.messages.c.id.in_(bindparam("_ids", expanding=True)),
-        s.messages.c.status == "pending",
-    )
-    .values(status="delivered", delivered_at=bindparam("_at"))
-    .returning(s.messages.c.id)
-)
-
-# The same on PostgreSQL, with the ids as one array: a statement built once that its writer
-# runs directly (``postgres_direct``), as the SSE inbox stream marks every message it sends.
-MARK_DELIVERED_ANY = (
-    update(s.messages)
-    .where(
-        s.messages.c.id == any_(bindparam("_ids", type_=ARRAY(String))),
         s.messages.c.status == "pending",
     )
     .values(status="delivered", delivered_at=bindparam("_at"))

@@ -84,7 +84,6 @@ _RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
 # Each record's table by name (the PostgreSQL store's bulk inserts).
 RECORD_TABLES = {name: table for name, (table, _) in _RECORDS.items()}
 _PRINCIPALS = frozenset({"principals"})
-_NOTHING: frozenset[str] = frozenset()
 _COLUMNS = {name: frozenset(table.columns.keys()) for name, (table, _) in _RECORDS.items()}
 _TS_COLUMNS = {
     name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
@@ -420,12 +419,7 @@ class SqlTx:
         buffered = {row["id"] for row in self._pending.get("messages", ())}
         if not buffered.isdisjoint(wanted):
             await self.flush()
-        params = {"_ids": wanted, "_at": at}
-        if self.store.dialect == "postgresql":
-            result = await self._exec_built(prepared.MARK_DELIVERED_ANY, params, reads=_NOTHING)
-        else:
-            result = await self.conn.execute(prepared.MARK_DELIVERED, params)
-        return [row[0] for row in result.all()]
+        return await self.store.mark_delivered(self, wanted, at)
 
     async def last_broadcast_at(self, sender_id: str) -> datetime | None:
         m = s.messages.c

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -104,6 +105,12 @@ class SqlStore:
     async def is_alive(self, owner: str) -> bool:
         # One process per store (SQLite's data root lock): any other hub id is a dead one.
         return owner == self._owner
+
+    async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
+        """Mark the pending ones of ``ids`` delivered; the ids marked. The transaction has sent
+        whatever buffered mail it marks (``SqlTx.mark_delivered``)."""
+        result = await tx.conn.execute(prepared.MARK_DELIVERED, {"_ids": ids, "_at": at})
+        return [row[0] for row in result.all()]
 
     async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
         result = await tx._exec_built(
