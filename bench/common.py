@@ -151,12 +151,13 @@ async def database(backend: str, prefix: str) -> AsyncIterator[str | None]:
 
 @contextlib.asynccontextmanager
 async def started_hub(
-    backend: str, *, home_prefix: str, database_prefix: str
+    backend: str, *, home_prefix: str, database_prefix: str, **settings: Any
 ) -> AsyncIterator[tuple[Hub, StaticRuntimes, Principal]]:
     """A started hub on a temporary data root, its runtimes (set per agent by the bench) and the
-    operator; everything is removed on the way out."""
+    operator; everything is removed on the way out. ``settings`` are more hub settings."""
     from parley.bootstrap import build_hub
     from parley.config import Settings
+    from parley.heap import settle_heap
     from parley.testing import StaticRuntimes
 
     home = Path(tempfile.mkdtemp(prefix=home_prefix))
@@ -164,11 +165,19 @@ async def started_hub(
         async with database(backend, database_prefix) as url:
             runtimes = StaticRuntimes()
             # A bench measures the hub's own cost: the per-sender quotas would only add refusals.
-            settings = Settings(
-                home=home, database_url=url, send_rate_per_minute=0, send_bytes_per_minute=0
+            hub = build_hub(
+                Settings(
+                    home=home,
+                    database_url=url,
+                    send_rate_per_minute=0,
+                    send_bytes_per_minute=0,
+                    **settings,
+                ),
+                runtimes=runtimes,
             )
-            hub = build_hub(settings, runtimes=runtimes)
             await hub.start(background=False)
+            # As `parley serve` does once its hub has started (see parley.heap).
+            settle_heap()
             try:
                 assert hub.operator_token is not None
                 operator = await hub.identity.authenticate(hub.operator_token)

@@ -14,7 +14,12 @@ is measured alternately, reference then parley, several times, so that drift hit
 * Mail: one transaction per message inserting a row of the mail table's width with the hub's
   pragmas on the same disk (the per-commit floor, ``raw_sqlite_commits_per_s``) against
   parley's service-layer send + delivery (``parley_mail_per_s``, delivered messages per second
-  with concurrent senders, as ``bench/mail.py`` measures it).
+  with concurrent senders, as ``bench/mail.py`` measures it). Beside them, the same rows
+  committed by a bare group-commit writer with no other work (``bare_group_commit_per_s``):
+  what group commit itself reaches in one Python process, so the gap to the raw floor is all the
+  time parley's work per message could take at a ratio of 1. Then the pair again with both
+  sides at ``synchronous=FULL`` (``PARLEY_SQLITE_SYNCHRONOUS=full``), where a commit waits for
+  the disk: ``mail_ratio_vs_raw_sqlite_full``.
 * HTTP: a Starlette route that reads a JSON body and answers a small fixed JSON body
   (``bare_http_rps``) against parley's ``POST /v1/mail`` (``parley_rest_rps``); both under
   uvicorn with the settings ``parley serve`` uses, driven by the same load process.
@@ -47,7 +52,7 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import AsyncIterator, Awaitable, Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
@@ -225,9 +230,11 @@ async def measure_turns(plan: Plan, home: Path) -> dict[str, Any]:
 # -- 2. mail against one commit per message ------------------------------------------------------
 class RawSqlite:
     """A copy of the hub's ``messages`` table in its own WAL database beside the hub's file,
-    written one transaction per row: the floor a commit-per-message design cannot go below."""
+    with the hub's pragmas: written one transaction per row, the floor a commit-per-message
+    design cannot go below; and by a bare group-commit writer, what group commit reaches in
+    one Python process with no work per message but its row."""
 
-    def __init__(self, hub_db: Path, path: Path) -> None:
+    def __init__(self, hub_db: Path, path: Path, *, synchronous: str) -> None:
         source = sqlite3.connect(hub_db)
         try:
             ddl = source.execute(
@@ -242,7 +249,7 @@ class RawSqlite:
         for pragma in (
             "journal_mode=WAL",
             "busy_timeout=5000",
-            "synchronous=NORMAL",
+            f"synchronous={synchronous.upper()}",
             "wal_autocheckpoint=0",
         ):
             self.conn.execute(f"PRAGMA {pragma}").fetchall()
@@ -253,37 +260,94 @@ class RawSqlite:
         self.insert = f"INSERT INTO messages ({names}) VALUES ({marks})"
         self.id_at = self.columns.index("id")
         self.seq_at = self.columns.index("seq")
-        self.key_at = self.columns.index("idempotency_key")
+        self.template[self.columns.index("idempotency_key")] = None
         self.seq = 0
 
-    def commits_for(self, seconds: float) -> tuple[int, float]:
+    def _row(self) -> list[Any]:
         row = list(self.template)
-        row[self.key_at] = None
+        self.seq += 1
+        row[self.id_at] = new_ulid()
+        row[self.seq_at] = self.seq
+        return row
+
+    def commits_for(self, seconds: float) -> tuple[int, float]:
         done = 0
         began = time.perf_counter()
         end = began + seconds
         while time.perf_counter() < end:
-            self.seq += 1
-            row[self.id_at] = new_ulid()
-            row[self.seq_at] = self.seq
-            self.conn.execute(self.insert, row)
+            self.conn.execute(self.insert, self._row())
             self.conn.commit()
             done += 1
         elapsed = time.perf_counter() - began
-        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._checkpoint()
         return done, elapsed
+
+    async def group_commits_for(self, seconds: float, senders: int) -> tuple[int, float]:
+        """``senders`` tasks each queue a row and wait for its commit; one writer commits all
+        that is queued with one ``executemany``, as the hub's writer does."""
+        loop = asyncio.get_running_loop()
+        queued: list[tuple[list[Any], asyncio.Future[None]]] = []
+        ready = asyncio.Event()
+        done = 0
+
+        async def writer() -> None:
+            while True:
+                await ready.wait()
+                ready.clear()
+                batch = queued[:]
+                queued.clear()
+                self.conn.executemany(self.insert, [row for row, _ in batch])
+                self.conn.commit()
+                for _, committed in batch:
+                    committed.set_result(None)
+
+        async def sender(end: float) -> None:
+            nonlocal done
+            while time.perf_counter() < end:
+                committed = loop.create_future()
+                queued.append((self._row(), committed))
+                ready.set()
+                await committed
+                done += 1
+
+        writing = asyncio.create_task(writer())
+        try:
+            began = time.perf_counter()
+            await asyncio.gather(*(sender(began + seconds) for _ in range(senders)))
+            elapsed = time.perf_counter() - began
+        finally:
+            writing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writing
+        self._checkpoint()
+        return done, elapsed
+
+    def _checkpoint(self) -> None:
+        # Outside the timed window, as the hub's checkpoints run beside its writer.
+        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def close(self) -> None:
         self.conn.close()
 
 
-async def measure_mail(plan: Plan, home: Path) -> dict[str, Any]:
+@dataclass
+class MailRates:
+    raw: list[float] = field(default_factory=list)
+    parley: list[float] = field(default_factory=list)
+    group: list[float] = field(default_factory=list)
+
+
+async def mail_rates(plan: Plan, synchronous: str, *, group_commit: bool) -> MailRates:
+    """Alternately: one commit per row, parley's send + delivery (and a bare group-commit
+    writer), on a hub and a raw database both with ``synchronous`` at the given setting."""
     from parley.service.mail import SendRequest
 
-    raw: list[float] = []
-    parley: list[float] = []
+    rates = MailRates()
     async with started_hub(
-        "sqlite", home_prefix="parley-bench-compare-mail-", database_prefix=""
+        "sqlite",
+        home_prefix="parley-bench-compare-mail-",
+        database_prefix="",
+        sqlite_synchronous=synchronous,
     ) as (hub, _runtimes, operator):
         senders, recipients = await mail_agents(hub, operator, MAIL_AGENTS, MAIL_AGENTS)
         # The raw table copies a real row: the same width, the same text.
@@ -295,28 +359,50 @@ async def measure_mail(plan: Plan, home: Path) -> dict[str, Any]:
         )
         # The raw database lies beside the hub's: the same disk, the same file system.
         hub_db = hub.settings.data_root() / "parley.db"
-        floor = RawSqlite(hub_db, hub_db.with_name("raw-commits.db"))
+        floor = RawSqlite(hub_db, hub_db.with_name("raw-commits.db"), synchronous=synchronous)
         try:
             await service_round(hub, senders, recipients, MAIL_SENDERS, 0.5, 10.0)
             floor.commits_for(0.3)
-            progress(f"mail: {plan.mail_rounds} rounds of {plan.mail_s:g}s each, alternating")
+            progress(
+                f"mail, synchronous={synchronous}: {plan.mail_rounds} rounds of "
+                f"{plan.mail_s:g}s each, alternating"
+            )
             for _ in range(plan.mail_rounds):
                 done, elapsed = floor.commits_for(plan.mail_s)
-                raw.append(done / elapsed)
+                rates.raw.append(done / elapsed)
                 sent, began, seen = await service_round(
                     hub, senders, recipients, MAIL_SENDERS, plan.mail_s, 10.0
                 )
                 if seen.count < sent:
                     raise RuntimeError(f"mail: {sent - seen.count} of {sent} not delivered")
-                parley.append(seen.count / max(seen.last - began, 1e-9))
+                rates.parley.append(seen.count / max(seen.last - began, 1e-9))
+                if group_commit:
+                    done, elapsed = await floor.group_commits_for(plan.mail_s, MAIL_SENDERS)
+                    rates.group.append(done / elapsed)
         finally:
             floor.close()
-    raw_rate, parley_rate = median(raw), median(parley)
-    progress(f"mail: raw SQLite {raw_rate:.0f} commits/s, parley {parley_rate:.0f} msg/s")
+    return rates
+
+
+async def measure_mail(plan: Plan, home: Path) -> dict[str, Any]:
+    normal = await mail_rates(plan, "normal", group_commit=True)
+    full = await mail_rates(plan, "full", group_commit=False)
+    raw, parley, group = median(normal.raw), median(normal.parley), median(normal.group)
+    raw_full, parley_full = median(full.raw), median(full.parley)
+    progress(
+        f"mail: raw SQLite {raw:.0f} commits/s, bare group commit {group:.0f} rows/s, "
+        f"parley {parley:.0f} msg/s; synchronous=FULL: raw {raw_full:.0f}, "
+        f"parley {parley_full:.0f}"
+    )
     return {
-        "raw_sqlite_commits_per_s": round(raw_rate or 0, 1),
-        "parley_mail_per_s": round(parley_rate or 0, 1),
-        "mail_ratio_vs_raw_sqlite": ratio(parley_rate, raw_rate),
+        "raw_sqlite_commits_per_s": round(raw or 0, 1),
+        "parley_mail_per_s": round(parley or 0, 1),
+        "mail_ratio_vs_raw_sqlite": ratio(parley, raw),
+        "bare_group_commit_per_s": round(group or 0, 1),
+        "bare_group_commit_ratio_vs_raw_sqlite": ratio(group, raw),
+        "raw_sqlite_full_commits_per_s": round(raw_full or 0, 1),
+        "parley_mail_full_per_s": round(parley_full or 0, 1),
+        "mail_ratio_vs_raw_sqlite_full": ratio(parley_full, raw_full),
         "mail_senders": MAIL_SENDERS,
     }
 

@@ -50,6 +50,7 @@ from parley.config import Settings
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.mail import SendRequest
+from parley.heap import settle_heap
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 
@@ -183,6 +184,7 @@ async def bench_service(plan: Plan, home: Path, database_url: str | None) -> dic
     )
     hub = build_hub(settings)
     await hub.start()
+    settle_heap()  # as `parley serve` does once its hub has started
     try:
         assert hub.operator_token is not None
         operator = await hub.identity.authenticate(hub.operator_token)

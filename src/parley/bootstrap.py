@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def build_store(settings: Settings) -> Store:
     url = settings.resolved_database_url()
     if url.startswith("sqlite:///"):
-        return SqliteStore(Path(url[len("sqlite:///") :]))
+        return SqliteStore(Path(url[len("sqlite:///") :]), synchronous=settings.sqlite_synchronous)
     if url.startswith(("postgresql", "postgres://")):
         # Imported only for a PostgreSQL URL: its dialect and driver are start-up time (Q7).
         from parley.adapters.store.postgres import PostgresStore

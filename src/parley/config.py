@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     database_url: str | None = None
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    sqlite_synchronous: Literal["normal", "full"] = Field(
+        default="normal",
+        description="When a commit to the SQLite store is durable. `normal`: it survives a "
+        "crash of the hub (kill -9), but the last commits can be lost if the machine loses "
+        "power. `full`: it survives losing power too, at one fsync per commit; the writer "
+        "commits concurrent writes together, so this costs latency more than throughput.",
+    )
     broadcast_interval_s: float = Field(default=60.0, ge=0)
     expiry_sweep_s: float = Field(default=5.0, gt=0)
     discussion_stale_s: float = Field(default=1800.0, gt=0)

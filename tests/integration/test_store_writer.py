@@ -264,3 +264,37 @@ async def test_a_writer_connection_ended_while_idle_is_replaced_without_failing_
     async with hub.store.read() as tx:
         assert await tx.get("messages", sent.message.id) is not None
     assert await hub.store.write(backend_pid) != first
+
+
+# -- durability: PARLEY_SQLITE_SYNCHRONOUS --------------------------------------------------------
+@pytest.mark.parametrize(("setting", "pragma"), [("normal", 1), ("full", 2)])
+async def test_sqlite_commits_are_as_durable_as_configured(
+    tmp_path: Any, setting: str, pragma: int
+) -> None:
+    from parley.bootstrap import build_store
+    from parley.config import Settings
+
+    store = build_store(Settings(home=tmp_path, sqlite_synchronous=setting))  # type: ignore[arg-type]
+    await store.open()
+    try:
+
+        async def level(tx: Tx) -> int:
+            assert isinstance(tx, SqlTx)
+            return int((await tx.conn.execute(text("PRAGMA synchronous"))).scalar_one())
+
+        # The writer's connection commits; a reader's is set the same way.
+        assert await store.write(level) == pragma
+        async with store.read() as tx:
+            assert int((await tx.conn.execute(text("PRAGMA synchronous"))).scalar_one()) == pragma
+    finally:
+        await store.close()
+
+
+def test_an_unknown_sqlite_synchronous_setting_is_refused(monkeypatch: Any) -> None:
+    from pydantic import ValidationError
+
+    from parley.config import Settings
+
+    monkeypatch.setenv("PARLEY_SQLITE_SYNCHRONOUS", "off")
+    with pytest.raises(ValidationError, match="sqlite_synchronous"):
+        Settings()

@@ -8,21 +8,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from parley.surfaces.rest import app as rest_app
+from parley import heap as heap
 
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     yield
-    rest_app._warm.left = 0
+    heap._warm.left = 0
     gc.unfreeze()
 
 
 def test_the_first_full_collections_after_start_freeze_what_is_alive(unfrozen: None) -> None:
-    rest_app.settle_heap()
+    heap.settle_heap()
     after_start = gc.get_freeze_count()
     loaded_later = [[i] for i in range(1000)]  # what a first request imports, say
-    for settle in range(rest_app.SETTLES_WHEN_WARM):
+    for settle in range(heap.SETTLES_WHEN_WARM):
         gc.collect()
         assert gc.get_freeze_count() >= after_start + len(loaded_later), settle
         loaded_later = [[i] for i in range(1000)]
@@ -30,4 +30,4 @@ def test_the_first_full_collections_after_start_freeze_what_is_alive(unfrozen: N
     frozen = gc.get_freeze_count()
     gc.collect()
     assert gc.get_freeze_count() == frozen
-    assert gc.callbacks.count(rest_app._warm.settle) == 1
+    assert gc.callbacks.count(heap._warm.settle) == 1

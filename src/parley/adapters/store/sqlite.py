@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import sqlite3
@@ -42,13 +43,19 @@ CHECKPOINT_S = 1.0
 log = logging.getLogger("parley.store")
 
 
-def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+SYNCHRONOUS = ("normal", "full")
+"""SQLite's ``synchronous`` settings a hub accepts (``Settings.sqlite_synchronous``)."""
+
+
+def _pragmas(dbapi_conn: Any, _record: Any, *, synchronous: str) -> None:
     # Let SQLAlchemy's begin event decide how transactions start (see _begin_*).
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    cur.execute("PRAGMA synchronous=NORMAL")
+    # NORMAL: a commit survives a crash of the process (the WAL is flushed at checkpoints);
+    # FULL: it also survives losing power, at one fsync per commit (per batch of jobs).
+    cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
     cur.execute("PRAGMA wal_autocheckpoint=0")  # see SqliteStore._checkpoints
     cur.close()
 
@@ -64,7 +71,7 @@ def _begin_deferred(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN")
 
 
-def _engine(path: Path, *, writer: bool) -> AsyncEngine:
+def _engine(path: Path, *, writer: bool, synchronous: str) -> AsyncEngine:
     # The one writer runs its statements on the loop thread (see sqlite_inline for why that is
     # safe); readers keep aiosqlite's threads so that a large read never stalls the loop.
     engine = create_async_engine(
@@ -73,7 +80,9 @@ def _engine(path: Path, *, writer: bool) -> AsyncEngine:
         max_overflow=0 if writer else 8,
         **({"async_creator": inline_creator(path)} if writer else {}),
     )
-    event.listen(engine.sync_engine, "connect", _pragmas)
+    event.listen(
+        engine.sync_engine, "connect", functools.partial(_pragmas, synchronous=synchronous)
+    )
     event.listen(engine.sync_engine, "begin", _begin_immediate if writer else _begin_deferred)
     return engine
 
@@ -85,9 +94,12 @@ class SqliteStore(SqlStore):
     writer_count = 1
     eager_writes = True
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
         super().__init__(f"sqlite:///{path}")
+        if synchronous not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.path = path
+        self.synchronous = synchronous
         self._lock_fd: int | None = None
         self._write_engine: AsyncEngine | None = None
         self._writer_conn: AsyncConnection | None = None
@@ -132,11 +144,11 @@ class SqliteStore(SqlStore):
             touch_private(self.path)
             for path in self._files():
                 restrict(path)
-            self._write_engine = _engine(self.path, writer=True)
+            self._write_engine = _engine(self.path, writer=True, synchronous=self.synchronous)
             async with self._write_engine.connect() as conn:
                 await conn.run_sync(migrate.upgrade)
                 await conn.commit()
-            self.engine = _engine(self.path, writer=False)
+            self.engine = _engine(self.path, writer=False, synchronous=self.synchronous)
             self._checkpointer = asyncio.create_task(self._checkpoints(), name="parley-checkpoint")
         except Exception as exc:
             await self.close()

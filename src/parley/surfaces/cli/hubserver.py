@@ -18,10 +18,11 @@ from rich.text import Text
 from parley.bootstrap import build_discord_bridge, build_hub
 from parley.config import Settings, operator_token_path, write_hub_info, write_operator_token
 from parley.core.errors import ParleyError
+from parley.heap import settle_heap
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
 from parley.surfaces.logs import install_redaction, uvicorn_log_config
-from parley.surfaces.rest.app import create_app, settle_heap
+from parley.surfaces.rest.app import create_app
 
 if TYPE_CHECKING:
     from parley.service.bridge import Bridge
