@@ -16,6 +16,7 @@ from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.adapters.store.sql import SqlTx
 from parley.adapters.store.sql_store import SqlStore
 from parley.core.identity import Principal
+from parley.core.mail import InboxFilter, Message
 from parley.core.ports import Tx
 from parley.service.hub import Hub
 from parley.service.mail import SendRequest
@@ -179,9 +180,9 @@ async def test_a_failed_or_cancelled_eager_write_commits_nothing(hub: Hub) -> No
 async def test_a_batch_of_sends_flushes_its_inserts_once(
     hub: Hub, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Taking a recipient's inbox position reads only the principals table: the messages and
-    events buffered by earlier sends of the batch go out together at the end, one statement
-    per table, not before every send (a round trip per table per send on PostgreSQL)."""
+    """The messages and events buffered by the sends of a batch go out together at the end,
+    one statement per table, not before every send (a round trip per table per send on
+    PostgreSQL)."""
     sender = await make_agent("batch-sender")
     recipients = [(await make_agent(f"batch-to-{i}")).id for i in range(4)]
     for to in recipients:  # every inbox position known (SQLite keeps them in memory)
@@ -215,11 +216,11 @@ async def test_a_position_taken_after_its_principal_is_inserted_sees_it(hub: Hub
     now = datetime.now(UTC)
     agent = Principal(id="fresh-in-tx", kind="agent", display_name="fresh", created=now)
 
-    async def job(tx: Tx) -> int:
+    async def job(tx: Tx) -> Message:
         tx.insert("principals", agent)
-        return await tx.next_inbox_seq(agent.id)
+        return await hub.mail.deliver_system(tx, agent.id, "info", "to a principal of this tx")
 
-    assert await hub.store.write(job) == 1
+    assert (await hub.store.write(job)).seq == 1
 
 
 async def test_mail_marked_delivered_in_the_transaction_that_stored_it_is_delivered(
@@ -298,3 +299,45 @@ def test_an_unknown_sqlite_synchronous_setting_is_refused(monkeypatch: Any) -> N
     monkeypatch.setenv("PARLEY_SQLITE_SYNCHRONOUS", "off")
     with pytest.raises(ValidationError, match="sqlite_synchronous"):
         Settings()
+
+
+async def test_a_batch_of_sends_takes_its_inbox_positions_at_once_in_order(
+    hub: Hub, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox positions of all the mail of a batch are taken together just before it
+    commits (one statement on PostgreSQL, whose row locks then last only until the commit
+    instead of from each send on), and each inbox's follow the order of the sends."""
+    sender = await make_agent("positions-sender")
+    recipients = [(await make_agent(f"positions-to-{i}")).id for i in range(3)]
+    for to in recipients:
+        await hub.mail.send(sender.principal, SendRequest(to=to, kind="info", subject="first"))
+    taken: list[dict[str, int]] = []
+    store = type(hub.store)
+    take = store.take_inbox_positions
+
+    async def counted(self: SqlStore, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
+        taken.append(dict(counts))
+        return await take(self, tx, counts)
+
+    monkeypatch.setattr(store, "take_inbox_positions", counted)
+    held, release = await _blocking_write(hub, [])
+    order = [recipients[i % 3] for i in range(9)]
+    sends = [
+        asyncio.create_task(
+            hub.mail.send(sender.principal, SendRequest(to=to, kind="info", subject=f"n{i}"))
+        )
+        for i, to in enumerate(order)
+    ]
+    await asyncio.sleep(0)  # one loop turn: the nine sends are queued behind the held write
+    release.set()
+    await asyncio.gather(held, *sends)
+    assert taken == [dict.fromkeys(recipients, 3)]
+    sent = [(await s).message for s in sends]
+    for to in recipients:
+        assert [m.seq for m in sent if m.recipient_id == to] == [2, 3, 4]
+        async with hub.store.read() as tx:
+            stored = await tx.list_inbox(to, InboxFilter())
+        assert [(m.subject, m.seq) for m in stored] == [
+            ("first", 1),
+            *((m.subject, m.seq) for m in sent if m.recipient_id == to),
+        ]

@@ -153,7 +153,6 @@ class Mail:
                 idempotency_key=req.idempotency_key if primary is None else None,
                 copy_of=None if primary is None else primary_id,
                 copy_reason=copy_reason,
-                seq=await tx.next_inbox_seq(recipient),
             )
             primary = primary or msg
             self._deliver(tx, msg)
@@ -210,7 +209,6 @@ class Mail:
             body=body,
             payload=payload or {},
             correlation_id=correlation_id,
-            seq=await tx.next_inbox_seq(recipient_id),
         )
         self._deliver(tx, msg)
         to = f"session:{session_id}" if session_id else f"agent:{recipient_id}"
@@ -224,12 +222,15 @@ class Mail:
         return msg
 
     def _deliver(self, tx: Tx, msg: Message) -> None:
-        tx.insert("messages", msg)
-        self._announce(
-            tx,
-            msg.recipient_id,
-            {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")},
-        )
+        """Store ``msg`` in its recipient's inbox and publish it once committed. Its position
+        (``seq``) is set just before the commit, with every other message's of the
+        transaction (``Tx.deliver_to_inbox``)."""
+
+        def placed(msg: Message) -> None:
+            data = {"type": "mail", "seq": msg.seq, "message": msg.model_dump(mode="json")}
+            self._announce(tx, msg.recipient_id, data)
+
+        tx.deliver_to_inbox(msg, placed)
 
     def _announce(self, tx: Tx, recipient_id: str, data: dict[str, Any]) -> None:
         """Publish to the recipient's inbox topic once the transaction has committed."""
@@ -520,7 +521,6 @@ class Mail:
                     "idempotency_key": None,
                     "copy_of": original.id,
                     "copy_reason": "redeliver",
-                    "seq": await tx.next_inbox_seq(original.recipient_id),
                 }
             )
             self._deliver(tx, copy)

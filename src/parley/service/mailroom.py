@@ -12,6 +12,7 @@ that the hub keeps answering (``/healthz``, streams) while an export or an impor
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 
 from parley.core import mailroom
@@ -78,14 +79,9 @@ class Mailroom:
             # files of older exports the time it was sent; an inbox that was empty here gets the
             # very positions it had there.
             for msg in sorted(fresh, key=lambda x: (x.seq == 0, x.seq, x.created, x.id)):
-                stored = msg.model_copy(
-                    update={
-                        "from_kind": kinds[msg.from_id] if msg.id in guessed else msg.from_kind,
-                        "seq": await tx.next_inbox_seq(msg.recipient_id),
-                    }
-                )
-                tx.insert("messages", stored)
-                self._announce(tx, stored)
+                from_kind = kinds[msg.from_id] if msg.id in guessed else msg.from_kind
+                stored = msg.model_copy(update={"from_kind": from_kind})
+                tx.deliver_to_inbox(stored, functools.partial(self._announce, tx))
             skipped = sorted(existing)
             self.ctx.events.record(
                 tx,

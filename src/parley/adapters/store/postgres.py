@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, any_, bindparam, text, update
+from sqlalchemy import Integer, String, any_, bindparam, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -17,7 +17,7 @@ from parley.adapters.store import migrate
 from parley.adapters.store import schema as s
 from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
-from parley.adapters.store.sql import RECORD_TABLES, Notifications, Rows, SqlTx
+from parley.adapters.store.sql import _PRINCIPALS, RECORD_TABLES, Notifications, Rows, SqlTx
 from parley.adapters.store.sql_store import SqlStore
 from parley.core.errors import StorageError
 
@@ -43,6 +43,21 @@ MARK_DELIVERED = (
     )
     .values(status="delivered", delivered_at=bindparam("_at"))
     .returning(s.messages.c.id)
+)
+# New positions in several inboxes in one statement: each recipient's row is locked in the
+# order of the ids (two transactions taking positions in the same inboxes cannot deadlock), and
+# held until the commit, so an inbox's positions follow the order its mail commits in.
+TAKE_INBOX_POSITIONS = (
+    text(
+        "WITH wanted AS (SELECT * FROM unnest(CAST(:_ids AS text[]), CAST(:_counts AS integer[]))"
+        " AS w(id, n)), locked AS MATERIALIZED (SELECT p.id FROM principals AS p JOIN wanted"
+        " ON wanted.id = p.id ORDER BY p.id FOR UPDATE OF p)"
+        " UPDATE principals SET inbox_seq = principals.inbox_seq + wanted.n"
+        " FROM wanted, locked WHERE principals.id = wanted.id AND locked.id = wanted.id"
+        " RETURNING principals.id, principals.inbox_seq - wanted.n + 1 AS first"
+    )
+    .bindparams(bindparam("_ids", type_=ARRAY(String)), bindparam("_counts", type_=ARRAY(Integer)))
+    .columns(id=String, first=Integer)
 )
 # The namespace (first key) of the advisory locks that say a hub is alive.
 _LIVENESS_LOCKS = 0x70617232
@@ -117,6 +132,16 @@ class PostgresStore(SqlStore):
             self._bulk_statements = BulkStatements(RECORD_TABLES, tx.conn.dialect)
         sql, args = self._bulk_statements.build(pending, notifications)
         await tx.runner.run(sql, *args)
+
+    async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
+        ids = sorted(counts)
+        params = {"_ids": ids, "_counts": [counts[i] for i in ids]}
+        result = await tx._exec_built(TAKE_INBOX_POSITIONS, params, reads=_PRINCIPALS)
+        first = {row[0]: int(row[1]) for row in result.all()}
+        if len(first) != len(ids):
+            missing = [i for i in ids if i not in first]
+            raise StorageError(f"no inbox for {missing}: the recipients do not exist")
+        return first
 
     async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
         # No flush here: the transaction has sent whatever buffered mail it marks.

@@ -14,14 +14,6 @@ from sqlalchemy import Integer, Text, bindparam, literal_column, select, union_a
 from parley.adapters.store import schema as s
 from parley.core.mail import OPEN_STATUSES
 
-# The next position in a recipient's inbox, under the recipient's row lock (PostgreSQL).
-NEXT_INBOX_SEQ = (
-    update(s.principals)
-    .where(s.principals.c.id == bindparam("_recipient"))
-    .values(inbox_seq=s.principals.c.inbox_seq + 1)
-    .returning(s.principals.c.inbox_seq)
-)
-
 # Pending mail marked delivered, and the ids it marked. Run through SQLAlchemy, not directly:
 # the id list expands (PostgreSQL has its own, ``postgres.MARK_DELIVERED``).
 MARK_DELIVERED = (

@@ -188,6 +188,8 @@ class SqlTx:
         self.store = store
         self.direct = direct
         self._pending: Rows = {}
+        # Mail waiting for its inbox position (``deliver_to_inbox``).
+        self._unplaced: list[tuple[Message, Callable[[Message], None]]] = []
         self._after: list[Callable[[], Awaitable[None] | None]] = []
         # (channel, payload) of each NOTIFY this transaction sends just before it commits.
         self.notifications: list[tuple[str, str]] = []
@@ -203,16 +205,36 @@ class SqlTx:
         self.notifications.append((channel, payload))
 
     async def flush(self) -> None:
-        """Send the buffered inserts."""
+        """Place the mail waiting for its inbox position and send the buffered inserts."""
+        await self.place_mail()
         pending, self._pending = self._pending, {}
         if pending:
             await self.store.insert_rows(self, pending)
+
+    async def place_mail(self) -> None:
+        """Take the inbox positions of the mail waiting for one, every inbox's at once, and
+        buffer the mail's inserts (``deliver_to_inbox``)."""
+        unplaced, self._unplaced = self._unplaced, []
+        if not unplaced:
+            return
+        counts: dict[str, int] = {}
+        for msg, _ in unplaced:
+            counts[msg.recipient_id] = counts.get(msg.recipient_id, 0) + 1
+        following = await self.store.take_inbox_positions(self, counts)
+        for msg, placed in unplaced:
+            msg.seq = following[msg.recipient_id]
+            following[msg.recipient_id] += 1
+            self.insert("messages", msg)
+            placed(msg)
 
     async def _flush_for(self, reads: frozenset[str] | None) -> None:
         """Send the buffered inserts before a statement, so that it sees them. A statement that
         names the only tables it ``reads`` waits for them only if one of those has some: a
         batch's inserts then stay one ``executemany`` per table (on PostgreSQL each flush is a
-        round trip per table, and a mail send's inbox position was taking one per job)."""
+        round trip per table). Mail waiting for its inbox position is placed first if the
+        statement reads mail."""
+        if self._unplaced and (reads is None or "messages" in reads):
+            await self.place_mail()
         if self._pending and (reads is None or not reads.isdisjoint(self._pending)):
             await self.flush()
 
@@ -375,9 +397,8 @@ class SqlTx:
         return int(result.rowcount)
 
     # -- mail -------------------------------------------------------------------------------
-    async def next_inbox_seq(self, recipient_id: str) -> int:
-        """The next position in a recipient's inbox, taken under that recipient's row lock."""
-        return await self.store.next_inbox_seq(self, recipient_id)
+    def deliver_to_inbox(self, msg: Message, placed: Callable[[Message], None]) -> None:
+        self._unplaced.append((msg, placed))
 
     async def message_by_idempotency(self, from_id: str, key: str) -> Message | None:
         rows = await self.select(
@@ -417,6 +438,7 @@ class SqlTx:
         # Mail is marked delivered once a reader has seen it, so it is committed: the sends
         # buffered by other jobs of this batch need not go out first, unless one is marked.
         buffered = {row["id"] for row in self._pending.get("messages", ())}
+        buffered.update(msg.id for msg, _ in self._unplaced)
         if not buffered.isdisjoint(wanted):
             await self.flush()
         return await self.store.mark_delivered(self, wanted, at)

@@ -23,7 +23,6 @@ from parley.adapters.store import prepared
 from parley.adapters.store.sql import (
     _GETS,
     _INSERTS,
-    _PRINCIPALS,
     Job,
     Notifications,
     Rows,
@@ -95,6 +94,7 @@ class SqlStore:
 
     async def finish(self, tx: SqlTx) -> None:
         """The last statements of a write transaction, before its commit."""
+        await tx.place_mail()
         pending, tx._pending = tx._pending, {}
         if pending or tx.notifications:
             await self.insert_rows(tx, pending, tx.notifications)
@@ -112,11 +112,10 @@ class SqlStore:
         result = await tx.conn.execute(prepared.MARK_DELIVERED, {"_ids": ids, "_at": at})
         return [row[0] for row in result.all()]
 
-    async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
-        result = await tx._exec_built(
-            prepared.NEXT_INBOX_SEQ, {"_recipient": recipient_id}, reads=_PRINCIPALS
-        )
-        return int(result.scalar_one())
+    async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
+        """Take ``counts[r]`` consecutive new positions in each recipient ``r``'s inbox, in
+        ``tx``, so that no other transaction takes any before ``tx`` ends; the first of each."""
+        raise NotImplementedError
 
     # -- lifecycle --------------------------------------------------------------------------
     async def open(self) -> None:

@@ -253,14 +253,18 @@ class SqliteStore(SqlStore):
             raw.rollback()
             raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
 
-    async def next_inbox_seq(self, tx: SqlTx, recipient_id: str) -> int:
+    async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
         # This process is the only writer of the file (see the lock above), so the inbox
-        # position can live in memory; a rolled-back batch only leaves a harmless gap.
-        current = self._inbox_seq.get(recipient_id)
-        if current is None:
-            m = s.messages.c
-            stmt = select(func.coalesce(func.max(m.seq), 0)).where(m.recipient_id == recipient_id)
-            current = int((await tx._exec(stmt)).scalar_one())
-        current += 1
-        self._inbox_seq[recipient_id] = current
-        return current
+        # positions can live in memory; a rolled-back batch only leaves a harmless gap.
+        first: dict[str, int] = {}
+        for recipient_id, count in counts.items():
+            current = self._inbox_seq.get(recipient_id)
+            if current is None:
+                m = s.messages.c
+                stmt = select(func.coalesce(func.max(m.seq), 0)).where(
+                    m.recipient_id == recipient_id
+                )
+                current = int((await tx._exec(stmt)).scalar_one())
+            first[recipient_id] = current + 1
+            self._inbox_seq[recipient_id] = current + count
+        return first
