@@ -16,6 +16,7 @@ from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.adapters.store.sql import SqlTx
 from parley.adapters.store.sql_store import SqlStore
 from parley.core.identity import Principal
+from parley.core.ids import new_ulid
 from parley.core.mail import InboxFilter, Message
 from parley.core.ports import Tx
 from parley.service.hub import Hub
@@ -341,3 +342,36 @@ async def test_a_batch_of_sends_takes_its_inbox_positions_at_once_in_order(
             ("first", 1),
             *((m.subject, m.seq) for m in sent if m.recipient_id == to),
         ]
+
+
+async def test_mail_waiting_for_its_position_is_placed_before_a_read_of_mail(
+    hub: Hub, make_agent: MakeAgent
+) -> None:
+    """A transaction that stores mail and then reads the inbox sees that mail, placed, even
+    with nothing else buffered."""
+    to = await make_agent("read-in-tx")
+    now = datetime.now(UTC)
+    mail = [
+        Message(
+            id=new_ulid(),
+            created=now,
+            from_kind="system",
+            from_id="system",
+            to_kind="agent",
+            to_id=to.id,
+            recipient_id=to.id,
+            kind="info",
+            subject=subject,
+        )
+        for subject in ("one", "two")
+    ]
+    placed: list[str] = []
+
+    async def job(tx: Tx) -> list[Message]:
+        for msg in mail:
+            tx.deliver_to_inbox(msg, lambda m: placed.append(m.id))
+        return await tx.list_inbox(to.id, InboxFilter())
+
+    listed = await hub.store.write(job)
+    assert [(m.id, m.seq) for m in listed] == [(mail[0].id, 1), (mail[1].id, 2)]
+    assert placed == [mail[0].id, mail[1].id]
