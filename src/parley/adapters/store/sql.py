@@ -5,6 +5,7 @@ group-commit writer, is ``sql_store``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -217,9 +218,7 @@ class SqlTx:
         unplaced, self._unplaced = self._unplaced, []
         if not unplaced:
             return
-        counts: dict[str, int] = {}
-        for msg, _ in unplaced:
-            counts[msg.recipient_id] = counts.get(msg.recipient_id, 0) + 1
+        counts = Counter(msg.recipient_id for msg, _ in unplaced)
         following = await self.store.take_inbox_positions(self, counts)
         for msg, placed in unplaced:
             msg.seq = following[msg.recipient_id]

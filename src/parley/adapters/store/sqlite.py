@@ -22,7 +22,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy import event, func, select
 from sqlalchemy.exc import DBAPIError
@@ -43,7 +43,7 @@ CHECKPOINT_S = 1.0
 log = logging.getLogger("parley.store")
 
 
-SYNCHRONOUS = ("normal", "full")
+Synchronous = Literal["normal", "full"]
 """SQLite's ``synchronous`` settings a hub accepts (``Settings.sqlite_synchronous``)."""
 
 
@@ -94,10 +94,11 @@ class SqliteStore(SqlStore):
     writer_count = 1
     eager_writes = True
 
-    def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
+    def __init__(self, path: Path, *, synchronous: Synchronous = "normal") -> None:
         super().__init__(f"sqlite:///{path}")
-        if synchronous not in SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
+        # SQLite silently takes a value it does not know for NORMAL: refuse it here instead.
+        if synchronous not in get_args(Synchronous):
+            raise ValueError(f"synchronous must be one of {get_args(Synchronous)}")
         self.path = path
         self.synchronous = synchronous
         self._lock_fd: int | None = None
