@@ -13,6 +13,8 @@ import httpx2
 import pytest
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from starlette.routing import Route
+from starlette.types import Message
 
 from parley.config import Settings
 from parley.core.identity import Principal
@@ -56,7 +58,7 @@ class Mcp:
 
     async def initialize(self, token: str, profile: str | None = None) -> httpx2.Response:
         url = self.url if profile is None else f"{self.url}?profile={profile}"
-        return await self.http.post(url, json=INITIALIZE, headers=self._headers(token))
+        return await self.http.post(url, json=INITIALIZE, headers=self.headers(token))
 
     async def open(self, token: str, profile: str | None = None) -> str:
         """A new session, left idle; its id."""
@@ -68,10 +70,10 @@ class Mcp:
         """The status a ``ping`` in ``session`` is answered with: 200, or 404 once it ended."""
         url = self.url if profile is None else f"{self.url}?profile={profile}"
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-        response = await self.http.post(url, json=ping, headers=self._headers(token, session))
+        response = await self.http.post(url, json=ping, headers=self.headers(token, session))
         return response.status_code
 
-    def _headers(self, token: str, session: str | None = None) -> dict[str, str]:
+    def headers(self, token: str, session: str | None = None) -> dict[str, str]:
         headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
         if session is not None:
             headers |= {"mcp-session-id": session, "mcp-protocol-version": VERSION}
@@ -94,7 +96,7 @@ class Mcp:
 @pytest.fixture
 async def mcp(hub: Hub) -> AsyncIterator[Mcp]:
     app = create_app(hub=hub)
-    (endpoint,) = [r.endpoint for r in app.routes if getattr(r, "path", None) == "/mcp"]  # type: ignore[attr-defined]
+    (endpoint,) = [r.endpoint for r in app.routes if isinstance(r, Route) and r.path == "/mcp"]
     assert isinstance(endpoint, McpEndpoint)
     async with serving(app) as base:
         client = Mcp(base, endpoint)
@@ -109,12 +111,12 @@ def subscribers(hub: Hub, topic: str) -> int:
     return int(bus.subscriber_count(topic))
 
 
-async def test_defaults_are_16_a_principal_and_1024_with_32_for_the_operator() -> None:
-    defaults = Settings()
-    assert defaults.mcp_sessions_per_principal == 16
-    assert defaults.mcp_sessions_max == 1024
-    assert defaults.mcp_sessions_operator_reserve == 32
-    assert defaults.mcp_session_idle_s == 1800
+def test_defaults_are_16_a_principal_and_1024_with_32_for_the_operator() -> None:
+    fields = Settings.model_fields
+    assert fields["mcp_sessions_per_principal"].default == 16
+    assert fields["mcp_sessions_max"].default == 1024
+    assert fields["mcp_sessions_operator_reserve"].default == 32
+    assert fields["mcp_session_idle_s"].default == 1800
     with pytest.raises(ValueError, match="mcp_sessions_operator_reserve"):
         Settings(mcp_sessions_max=8, mcp_sessions_operator_reserve=8)
 
@@ -291,7 +293,7 @@ async def test_a_closed_or_idle_session_gives_back_its_place(
     alice = await make_agent("alice")
     closed, idle, busy = [await mcp.open(alice.token) for _ in range(3)]
     # The client ends one itself.
-    deleted = await mcp.http.delete(mcp.url, headers=mcp._headers(alice.token, closed))
+    deleted = await mcp.http.delete(mcp.url, headers=mcp.headers(alice.token, closed))
     assert deleted.status_code == 200
     assert mcp.held("alice") == 2
     stream = await mcp.busy(alice.token, busy)
@@ -316,10 +318,10 @@ async def test_a_session_the_sdk_ended_gives_back_its_place_when_next_used(
     manager = mcp.endpoint.managers["default"]
     answer: list[int] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.start":
             answer.append(message["status"])
 
