@@ -370,6 +370,8 @@ class McpEndpoint:
                 watch.busy = True
                 try:
                     await self._end_revoked(principal_id)
+                except Exception:
+                    log.exception("the MCP sessions of %r could not be checked", principal_id)
                 finally:
                     watch.busy = False
                 if not self.sessions.held(principal_id):
