@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defined in parley.home (no pydantic-settings, for the CLI's start-up); importable from here
@@ -134,6 +134,45 @@ class Settings(BaseSettings):
         ge=1,
         description="Open connections the server accepts before it answers 503.",
     )
+    mcp_sessions_per_principal: int = Field(
+        default=16,
+        ge=1,
+        description="MCP sessions one principal may hold open at once, over every profile. One "
+        "more closes the principal's session that has been idle longest, or is refused (429 "
+        "mcp_sessions_exhausted) when every one of them has a request in flight.",
+    )
+    mcp_sessions_max: int = Field(
+        default=1024,
+        ge=2,
+        description="MCP sessions the hub holds open at once, every principal and profile "
+        "counted; the last mcp_sessions_operator_reserve of them only operators may open. When "
+        "a principal may open no more, a new session closes one of its own idle sessions or is "
+        "refused (429 mcp_sessions_hub_full).",
+    )
+    mcp_sessions_operator_reserve: int = Field(
+        default=32,
+        ge=1,
+        description="How many of mcp_sessions_max only operators may open, so that other "
+        "principals' sessions never lock the operator out; smaller than mcp_sessions_max.",
+    )
+    mcp_session_idle_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds an MCP session may go without a request in flight (a call, an open "
+        "event stream) before the hub ends it; the client then opens a new one.",
+    )
+
+    @model_validator(mode="after")
+    def _reserve_leaves_room(self) -> Settings:
+        if self.mcp_sessions_operator_reserve >= self.mcp_sessions_max:
+            raise ValueError(
+                f"mcp_sessions_operator_reserve ({self.mcp_sessions_operator_reserve}) must be "
+                f"smaller than mcp_sessions_max ({self.mcp_sessions_max}), or only operators "
+                "could open MCP sessions; lower PARLEY_MCP_SESSIONS_OPERATOR_RESERVE or raise "
+                "PARLEY_MCP_SESSIONS_MAX"
+            )
+        return self
+
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="How `parley serve` writes log records: text lines, or one JSON object a line.",
