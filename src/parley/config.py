@@ -199,6 +199,20 @@ class Settings(BaseSettings):
         default=True,
         description="Give every discussion channel a post of its own in the forum.",
     )
+    discord_link_code_ttl_s: float = Field(
+        default=600.0,
+        ge=30,
+        le=86400,
+        description="Seconds a Discord link code (`parley discord link`) works; then /link "
+        "answers link_code_invalid and the code is deleted. Ten minutes by default.",
+    )
+    discord_link_codes_per_human: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Link codes a human may hold at once; asking for one more replaces the "
+        "oldest, which /link then answers with link_code_invalid.",
+    )
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None

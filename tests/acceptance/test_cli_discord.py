@@ -48,3 +48,12 @@ def test_discord_check_without_settings_names_them(tmp_path: Path) -> None:
         "PARLEY_DISCORD_TOKEN" in done.stderr and "PARLEY_DISCORD_FORUM_CHANNEL_ID" in done.stderr
     )
     assert "PARLEY_DISCORD_GUILD_ID" not in done.stderr
+
+
+def test_discord_links_and_unlink_answer_for_the_caller(hub: ServedHub) -> None:
+    cli = Cli(hub.home)
+    assert cli.json("discord", "links") == []
+    assert "links: none" in cli.ok("discord", "links").stdout
+    assert cli.json("discord", "unlink") == {"unlinked": []}
+    cli.fails("discord", "unlink", "--discord-user", "700000000000000009", code="link_not_found")
+    cli.fails("discord", "unlink", "--human", "nobody", code="principal_not_found")

@@ -248,7 +248,7 @@ def test_membership_briefs_done_pulse_and_refusals(cli: Cli) -> None:
 
     first = cli.json("room", "pulse", room["id"])
     assert (first["conclusion"], first["escalated"], first["logged"]) == ("ok", False, True)
-    assert first["summary"] == "- alice: cache warm; next: eviction"
+    assert first["summary"] == "- alice:\n> cache warm; next: eviction"
     again = cli.json("room", "pulse", room["id"])
     assert again["logged"] is False  # the log changes only when the conclusion does
     log = cli.json("room", "pulse", room["id"], "--log")

@@ -141,7 +141,7 @@ async def test_three_remote_agents_hold_a_meeting_over_mcp(hub: ServedHub) -> No
     for message in spoken[len(roster) :]:
         others = set(MEMBERS) - {message["sender_id"]}
         assert all(other in message["content"] for other in others), message["content"]
-    assert transcript[0]["content"] == f"[Meeting convened by {CONVENER}] Topic: {TOPIC}"
+    assert transcript[0]["content"] == f'[Meeting convened by {CONVENER}] Topic: "{TOPIC}"'
     assert transcript[-1]["content"] == "[Meeting adjourned] (round_cap)"
     assert [(s["agent_id"], s["outcome"]) for s in speeches] == [
         (a, "accepted") for a in roster * MAX_ROUNDS

@@ -42,7 +42,7 @@ async def test_briefs_are_bounded_and_the_latest_kept_per_member(
     await hub.rooms.post_brief(await hub.identity.require("b"), "b brief")
     board = await hub.rooms.board(operator, room.id)
     assert [x.text for x in board] == ["a brief 1", "a brief 2", "b brief"]
-    assert hub.rooms.board_summary(board) == "- a: a brief 2\n- b: b brief"
+    assert hub.rooms.board_summary(board) == "- a:\n> a brief 2\n- b:\n> b brief"
 
 
 async def test_a_quiet_room_is_not_escalated_and_the_log_is_written_once(

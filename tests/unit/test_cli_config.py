@@ -250,7 +250,7 @@ def test_command_surface_is_pinned() -> None:
         "agent": ["add", "connect", "consent", "list", "show"],
         "channel": ["create", "invite", "list", "messages", "post", "show", "tasks", "watch"],
         "demo": [],
-        "discord": ["check", "link"],
+        "discord": ["check", "link", "links", "unlink"],
         "discuss": ["callback", "close", "start", "status", "watch"],
         "events": [],
         "group": ["create", "delete", "list", "post", "set", "watch"],

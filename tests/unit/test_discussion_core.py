@@ -58,7 +58,8 @@ def test_kickoff_states_goal_rules_and_what_happens_after_the_callback() -> None
     text = d.kickoff("Decide the retry policy", "01CHAN")
     lines = text.splitlines()
     assert lines[0] == "[Discussion Started]"
-    assert "Goal:\nDecide the retry policy\n" in text
+    # The initiator's guide is quoted: it cannot write a rule of the template's.
+    assert "Goal:\n> Decide the retry policy\n" in text
     for line in (
         "1. Discuss only the topic above.",
         "2. Work toward a concrete conclusion.",

@@ -42,6 +42,8 @@ POST /v1/channels/{channel_id}/messages
 GET /v1/channels/{channel_id}/stream
 GET /v1/channels/{channel_id}/tasks
 POST /v1/discord/link-codes
+GET /v1/discord/links
+POST /v1/discord/unlink
 GET /v1/events
 GET /v1/events/stream
 GET /v1/humans

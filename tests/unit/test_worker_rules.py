@@ -156,25 +156,29 @@ def test_the_takeover_envelope_says_it_is_a_takeover_of_an_interrupted_turn() ->
     text = wk.takeover_envelope(
         by="Maple", instruction="Go back to plan X", interrupted=True, working_on="refactor\nmore"
     )
-    assert text.startswith("[TAKEOVER] Maple interrupted your turn while you were working on: ")
-    assert "refactor" in text and "more" not in text
+    assert text.startswith(
+        '[TAKEOVER] Maple interrupted your turn while you were working on: "refactor"\n'
+    )
+    assert "more" not in text
     assert "This is a takeover of an interrupted turn, not a new task" in text
-    assert "<takeover_instruction>\nGo back to plan X\n</takeover_instruction>" in text
+    assert "<takeover_instruction>\n> Go back to plan X\n</takeover_instruction>" in text
     calm = wk.takeover_envelope(by="M", instruction="x", interrupted=False, working_on="")
     assert "interrupted" not in calm and "your last task" in calm
 
 
 def test_results_and_mail_blocks_read_plainly() -> None:
     ok = wk.result_text("lead / x", WorkerResult(summary="all good", success=True))
-    assert ok == "[TASK RESULT] lead / x succeeded.\n\nall good"
+    assert (
+        ok == "[TASK RESULT] lead / x succeeded.\n\nSummary, as the child reported it:\n> all good"
+    )
     ref = wk.result_text("c", WorkerResult(success=True, artifact_id="art-1", summary_tokens=3000))
     assert "artifact art-1" in ref and "3000 tokens" in ref
     failed = wk.result_text("c", WorkerResult(success=False, error="boom"))
-    assert "failed" in failed and "Error: boom" in failed
+    assert "failed" in failed and "Error:\n> boom" in failed
     assert wk.mail_block([]) == ""
     block = wk.mail_block([("info", "op", "hi", "body text")])
     assert block.startswith("<pending_mail>") and block.endswith("</pending_mail>")
-    assert "[info] from op: hi" in block
+    assert '[1] info from op, subject "hi":\n> body text\n</pending_mail>' in block
 
 
 def test_the_dispatch_names_the_parent_the_context_and_how_to_finish() -> None:
@@ -182,11 +186,11 @@ def test_the_dispatch_names_the_parent_the_context_and_how_to_finish() -> None:
         parent_name="lead",
         prompt="Do X",
         purpose="research",
-        inherited_context="lead: earlier",
+        inherited_context=wk.inherited_context([("lead", "earlier")], 1000),
         expected_artifacts=["report.md"],
     )
-    assert text.startswith("# Task from lead (research)\n\nDo X")
-    assert "## Inherited context" in text and "lead: earlier" in text
+    assert text.startswith("# Task from lead (research)\n\n> Do X")
+    assert "## Inherited context" in text and "lead:\n> earlier" in text
     assert "- report.md" in text
     assert "task-result" in text
 

@@ -44,7 +44,6 @@ TITLE_MAX = 100  # Discord's limit on a thread name
 MESSAGE_MAX = 2000  # Discord's limit on a message's content
 PARENT_SHORT_MAX = 24
 NONCE_MAX = 25  # Discord's limit on a message nonce
-LINK_CODE_TTL_S = 600.0
 
 PlaceKind = Literal["worker", "channel"]
 Direction = Literal["in", "out"]
@@ -85,12 +84,12 @@ class BridgeLink(BaseModel):
 
 class LinkCode(BaseModel):
     """A one-time code that proves a platform user is the hub human who asked for it; only
-    its hash is stored."""
+    its hash is stored, and it is deleted once used or expired."""
 
     id: str  # sha256 of the code
     principal_id: str
     expires: datetime
-    used: bool = False
+    used: bool = False  # codes are deleted when used now; an older hub marked them
     created: datetime
 
 

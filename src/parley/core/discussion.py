@@ -12,6 +12,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from parley.core import quoting as q
 from parley.core.channels import (
     MAX_MEMBERS,
     TRANSCRIPT_WINDOW,
@@ -48,12 +49,13 @@ def callback_how(channel_id: str) -> str:
 
 
 def kickoff(guide: str, channel_id: str) -> str:
+    """The moderator's first message (C4); the initiator's guide is quoted (core/quoting)."""
     return f"""[Discussion Started]
 
 This channel was created for a temporary agent discussion.
 
 Goal:
-{guide}
+{q.quote(guide.strip())}
 
 Instructions:
 1. Discuss only the topic above.
@@ -129,12 +131,14 @@ An operator may force-close a discussion that is no longer needed."""
 
 
 def result_ready(summary_path: str, discussion_channel_id: str) -> str:
+    """The result-ready message in the origin channel (C9); a path that is not one plain word
+    is shown as a JSON string, so no file name can add lines to it."""
     return f"""[Discussion Result Ready]
 
 A temporary discussion has completed.
 
 Summary file:
-{summary_path}
+{q.label(summary_path)}
 
 Source discussion channel:
 <#{discussion_channel_id}>
@@ -151,7 +155,7 @@ def force_closed(discussion_channel_id: str, reason: str) -> str:
 The discussion in <#{discussion_channel_id}> was closed by the operator without a summary.
 
 Reason:
-{reason}
+{q.quote(reason.strip())}
 
 Continue the original task without it."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from parley.core import quoting as q
 from parley.core.errors import Conflict
 from parley.core.limits import text_problem
 from parley.core.rooms import ActivityState, Meeting, MemberState
@@ -255,17 +256,18 @@ def project_context(
     transcript: Sequence[tuple[str, str]], mail: Sequence[tuple[str, str]], max_chars: int
 ) -> str:
     """A bounded projection of a member's OWN context: its latest work-channel messages and its
-    open mail, newest first kept, within ``max_chars``. Empty when there is nothing."""
+    open mail, newest first kept, within ``max_chars``. Empty when there is nothing. Each item
+    is one line (``- <sender>: …`` or ``- "<subject>": …``): no text in it can break its line."""
     lines: list[str] = []
     used = 0
     sections = (
-        ("Your recent work:", [f"- {who}: {what}" for who, what in reversed(transcript)]),
-        ("Your open mail:", [f"- {subject}: {body}" for subject, body in reversed(mail)]),
+        ("Your recent work:", [f"- {q.label(who)}: {what}" for who, what in reversed(transcript)]),
+        ("Your open mail:", [f"- {q.inline(subject)}: {body}" for subject, body in reversed(mail)]),
     )
     for title, items in sections:
         kept: list[str] = []
         for item in items:
-            item = item.replace("\n", " ")
+            item = q.flat(item)
             if used + len(item) > max_chars:
                 room = max_chars - used
                 if room > 40:
@@ -291,11 +293,11 @@ def entry_prompt(
 ) -> str:
     """The positioning prompt of an entrant (R3): who it is, the topic, who convened, who is
     present (humans included), what it may say, the rules; no answer template."""
-    others = ", ".join(present) or "nobody yet"
+    others = ", ".join(q.label(p) for p in present) or "nobody yet"
     text = (
-        f"[Meeting] You are {name}.\n"
-        f"Topic: {topic}\n"
-        f"Convened by: {convened_by}\n"
+        f"[Meeting] You are {q.label(name)}.\n"
+        f"Topic: {q.inline(topic)}\n"
+        f"Convened by: {q.label(convened_by)}\n"
         f"Present: {others}\n\n"
         "You were called to this meeting. Say what the others do not know but should, about "
         "your own direction: where you are, what blocks you, what you need from whom.\n"
@@ -339,14 +341,14 @@ def moderator_prompt(
 ) -> str:
     """What the moderator sees: the topic, the roster, who has not spoken and the speech counts
     (and the transcript, given beside it). Nobody's private context, so nobody can bias it."""
-    tally = ", ".join(f"{m}: {counts.get(m, 0)}" for m in present)
+    tally = ", ".join(f"{q.label(m)}: {counts.get(m, 0)}" for m in present)
     return (
         "You moderate this meeting. You have NO private context of any participant: you see "
         "only the topic, the transcript, the roster, who has not spoken and speech counts.\n"
-        f"Topic: {topic}\n"
-        f"Roster: {', '.join(roster)}\n"
-        f"Present: {', '.join(present)}\n"
-        f"Not yet spoken: {', '.join(not_spoken) or 'everyone has spoken'}\n"
+        f"Topic: {q.inline(topic)}\n"
+        f"Roster: {', '.join(q.label(m) for m in roster)}\n"
+        f"Present: {', '.join(q.label(m) for m in present)}\n"
+        f"Not yet spoken: {', '.join(q.label(m) for m in not_spoken) or 'everyone has spoken'}\n"
         f"Speeches so far: {tally}\n"
         f"Round {round_number} of {max_rounds}.\n"
         'Answer with JSON only: {"action":"invite","next":"<member id>"} to give the floor, '
@@ -356,14 +358,33 @@ def moderator_prompt(
 
 def minutes_prompt(*, name: str, topic: str, limit: int) -> str:
     return (
-        f"The meeting on {topic!r} is over. You are {name}. Write YOUR minutes: only what "
-        "matters to you and your work (decisions that affect you, what you must do, what others "
-        f"expect from you), shorter than the transcript and under {limit} characters. Plain "
-        "text; no tools."
+        f"The meeting on {q.inline(topic)} is over. You are {q.label(name)}. Write YOUR "
+        "minutes: only what matters to you and your work (decisions that affect you, what you "
+        "must do, what others expect from you), shorter than the transcript and under "
+        f"{limit} characters. Plain text; no tools."
+    )
+
+
+def convened_note(convener: str, topic: str) -> str:
+    """The moderator's first message in a meeting's channel."""
+    return f"[Meeting convened by {q.label(convener)}] Topic: {q.inline(topic)}"
+
+
+def minutes_message(topic: str, text: str) -> str:
+    """A member's minutes as they wake it in its work channel: the hub's line naming the
+    meeting, then the minutes its runtime wrote, quoted."""
+    return q.attributed(
+        f"[Meeting minutes: {q.inline(topic, limit=120)}]\nYour minutes of this meeting:", text
     )
 
 
 # -- the light path: briefs, stall signals, throttle ----------------------------------------------
+
+
+def board_text(latest: Sequence[tuple[str, str]]) -> str:
+    """The briefing board as one text: each (member, brief) under the member's name, quoted."""
+    return "\n".join(q.attributed(f"- {q.label(agent)}:", brief) for agent, brief in latest)
+
 
 StallKind = Literal["silent_slot", "stale_briefing", "repeated_fingerprint", "no_progress"]
 

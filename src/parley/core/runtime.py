@@ -8,10 +8,11 @@ usage, the model route actually used and timings.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
+
+from parley.core.quoting import json_line
 
 NO_REPLY = "NO_REPLY"
 DONE_MARKER = "[[DISCUSSION_DONE]]"
@@ -34,8 +35,9 @@ class TranscriptEntry:
 
     @cached_property
     def json_text(self) -> str:
-        """The entry as JSON, encoded once: an entry appears in many prompts of a discussion."""
-        return json.dumps(self.as_dict(), ensure_ascii=False)
+        """The entry as JSON on one line, encoded once (an entry appears in many prompts of a
+        discussion): no line break stays raw, so no content can close the transcript's fence."""
+        return json_line(self.as_dict())
 
     @property
     def prompt_chars(self) -> int:
@@ -66,7 +68,7 @@ class Prompt:
 
     def user_text(self) -> str:
         """The user part: task section, quoted transcript and the round's instructions."""
-        # Equal to json.dumps of the list of entries, from the entries' cached encodings.
+        # Equal to json_line of the list of entries, from the entries' cached encodings.
         transcript = "[" + ", ".join(entry.json_text for entry in self.transcript) + "]"
         return _USER_TEXT.format(
             task=self.task, transcript=transcript, instructions=self.instructions

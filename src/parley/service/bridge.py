@@ -17,24 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections import deque
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from parley.core import bridge as br
 from parley.core.bridge import (
-    BridgeLink,
     BridgePlace,
     BridgeRelay,
     ChatBridge,
     ChildLine,
     CommandCall,
     InboundMessage,
-    LinkCode,
 )
 from parley.core.channels import Channel, ChannelMessage, LogicalSession
-from parley.core.errors import Conflict, InvalidRequest, NotFound, ParleyError, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest, NotFound, ParleyError
 from parley.core.identity import Principal
 from parley.core.mail import Message
 from parley.core.ports import Subscription, Tx
@@ -57,41 +53,6 @@ class AlreadyRelayed(Conflict):
     """This platform message was relayed before."""
 
     code = "already_relayed"
-
-
-async def create_link_code(hub: Hub, caller: Principal, principal_id: str | None = None) -> str:
-    """A one-time code that links a platform user to ``principal_id`` (the caller when None):
-    a human asks for their own, the operator for any human. Only its hash is stored; it works
-    once, within :data:`~parley.core.bridge.LINK_CODE_TTL_S` seconds."""
-    target = principal_id or caller.id
-    if target != caller.id and not caller.is_operator:
-        raise PermissionDenied(
-            "only the operator may make a link code for another principal", code="link_forbidden"
-        )
-    code = secrets.token_urlsafe(12)
-    now = hub.ctx.clock.now()
-
-    async def job(tx: Tx) -> None:
-        who: Principal | None = await tx.get("principals", target)
-        if who is None or not who.active:
-            raise NotFound(f"no principal {target!r}", code="principal_not_found")
-        if who.kind != "human":
-            raise InvalidRequest(
-                f"{target!r} is an agent; only a human is linked to a chat user",
-                code="link_human_only",
-            )
-        tx.insert(
-            "bridge_link_codes",
-            LinkCode(
-                id=br.code_hash(code),
-                principal_id=target,
-                expires=now + timedelta(seconds=br.LINK_CODE_TTL_S),
-                created=now,
-            ),
-        )
-
-    await hub.ctx.store.write(job)
-    return code
 
 
 class Bridge:
@@ -389,12 +350,7 @@ class Bridge:
         await self.hub.store.write(job)
 
     async def _principal_of(self, user_id: str) -> Principal | None:
-        async with self.hub.store.read() as tx:
-            link: BridgeLink | None = await tx.get("bridge_links", user_id)
-            if link is None:
-                return None
-            who: Principal | None = await tx.get("principals", link.principal_id)
-        return who if who is not None and who.active else None
+        return await self.hub.bridge_links.principal_of(user_id)
 
     async def _place_by_platform_id(self, platform_place_id: str) -> BridgePlace | None:
         async with self.hub.store.read() as tx:
@@ -488,35 +444,11 @@ class Bridge:
 
     async def link(self, user_id: str, code: str) -> str:
         """Bind the platform user to the principal whose one-time code they give."""
-        now = self.hub.ctx.clock.now()
-        digest = br.code_hash(code)
-
-        async def job(tx: Tx) -> str | None:
-            row: LinkCode | None = await tx.get("bridge_link_codes", digest, for_update=True)
-            if row is None or row.used or row.expires <= now:
-                return None
-            await tx.update("bridge_link_codes", digest, used=True)
-            if await tx.get("bridge_links", user_id) is not None:
-                await tx.update("bridge_links", user_id, principal_id=row.principal_id)
-            else:
-                tx.insert(
-                    "bridge_links",
-                    BridgeLink(id=user_id, principal_id=row.principal_id, created=now),
-                )
-            self.hub.ctx.events.record(
-                tx,
-                "bridge.linked",
-                actor=row.principal_id,
-                subject=f"principal:{row.principal_id}",
-                payload={"platform_user_id": user_id},
-            )
-            return row.principal_id
-
-        linked = await self.hub.store.write(job)
+        linked = await self.hub.bridge_links.redeem(user_id, code)
         if linked is None:
             return (
-                "That code is unknown, used or expired; ask for a new one with "
-                "`parley discord link`."
+                "Refused (link_code_invalid): that code is unknown, used or expired; ask for a "
+                "new one with `parley discord link`."
             )
         return f"Linked: your commands and messages now act as {linked!r} in the hub."
 

@@ -14,6 +14,7 @@ from parley.core.clock import SystemClock
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Bus, Clock, Runtime, RuntimeSource, Store, Tx, Workspace
+from parley.service.bridge_links import BridgeLinks
 from parley.service.channels import Channels
 from parley.service.context import ServiceContext
 from parley.service.discussions import Discussions
@@ -71,7 +72,12 @@ class Hub:
             workspace=workspace,
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
-        self.identity = Identity(self.ctx, validate_runtime=self.runtimes.validate)
+        self.bridge_links = BridgeLinks(self.ctx)
+        self.identity = Identity(
+            self.ctx,
+            validate_runtime=self.runtimes.validate,
+            rotation_ends=[self.bridge_links.end_all],
+        )
         self.identity.on_operator_rotated = self._store_operator_token
         self.mail = Mail(self.ctx, self.identity)
         self.mailroom = Mailroom(self.ctx, self.identity)
@@ -202,6 +208,7 @@ class Hub:
         self.last_sweep = self.ctx.clock.monotonic()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
+            self._every(self.settings.expiry_sweep_s, self.bridge_links.sweep_expired, "links")
             self._every(self.settings.stale_sweep_s, self.discussions.remind_stale, "stale")
             if self.settings.worker_health_sweep_s > 0:
                 self._every(self.settings.worker_health_sweep_s, self.workers.sweep_stale, "health")

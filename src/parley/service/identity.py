@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -52,6 +52,8 @@ class Created(BaseModel):
 
 
 TOKENS_REVOKED = "tokens_revoked"
+# What else a rotation ends, in the rotation's own transaction: (tx, principal id, actor).
+RotationHook = Callable[[Tx, str, str], Awaitable[None]]
 # Changes of principals and rotations of their tokens, for the caches of every hub.
 PRINCIPALS_TOPIC = "principals"
 
@@ -105,9 +107,11 @@ class Identity:
         self,
         ctx: ServiceContext,
         validate_runtime: Callable[[dict[str, Any]], None] | None = None,
+        rotation_ends: Sequence[RotationHook] = (),
     ) -> None:
         self.ctx = ctx
         self._validate_runtime = validate_runtime
+        self._rotation_ends = tuple(rotation_ends)
         self._principals: dict[str, Principal] = {}
         self._tokens: dict[str, str] = {}
         # Called with the operator's new token after its old ones were revoked, so that the
@@ -381,6 +385,9 @@ class Identity:
         async def job(tx: Tx) -> None:
             if rotate:
                 await tx.revoke_tokens(principal_id, now)
+                # Held in the store (chat links): ended in the same commit, on every hub at once.
+                for end in self._rotation_ends:
+                    await end(tx, principal_id, caller.id)
             await tx.insert_token(hash_token(token), principal_id, "issued", now)
             self.ctx.events.record(
                 tx,

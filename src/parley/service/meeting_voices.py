@@ -449,7 +449,7 @@ class Voices:
                     channel.id,
                     sender_id=MODERATOR_ID,
                     sender_kind="moderator",
-                    content=f"[Meeting minutes: {meeting.topic[:120]}]\n{record.text}",
+                    content=mt.minutes_message(meeting.topic, record.text),
                     trigger=True,
                     metadata={"meeting_id": meeting.id, "minutes": True},
                 )

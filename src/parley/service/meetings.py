@@ -203,7 +203,7 @@ class Meetings:
                     meeting_id=meeting_id,
                 )
             await self.channels.post_as_moderator(
-                tx, channel.id, f"[Meeting convened by {caller.id}] Topic: {spec.topic}"
+                tx, channel.id, mt.convened_note(caller.id, spec.topic)
             )
             self.ctx.events.record(
                 tx,

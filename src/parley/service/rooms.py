@@ -352,4 +352,4 @@ class Rooms:
         latest: dict[str, Brief] = {}
         for brief in briefs:
             latest[brief.agent_id] = brief
-        return "\n".join(f"- {agent}: {brief.text}" for agent, brief in sorted(latest.items()))
+        return mt.board_text([(agent, brief.text) for agent, brief in sorted(latest.items())])

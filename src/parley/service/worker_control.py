@@ -167,7 +167,7 @@ async def wait_turn(workers: Workers, task_id: str, timeout_s: float | None = No
 
 
 async def _last_trigger(tx: Tx, worker: Worker) -> str:
-    """What the worker was working on: the text of its channel's latest trigger."""
+    """The text of the worker's channel's latest trigger: what it was working on."""
     c = tx.table("channel_messages").c
     rows: list[ChannelMessage] = await tx.select(
         "channel_messages",
@@ -176,13 +176,7 @@ async def _last_trigger(tx: Tx, worker: Worker) -> str:
         order_by=[c.seq.desc()],
         limit=1,
     )
-    if not rows:
-        return ""
-    text = rows[0].content
-    # Skip a pending-mail block in front of the task itself.
-    if text.startswith("<pending_mail>") and "</pending_mail>" in text:
-        text = text.split("</pending_mail>", 1)[1]
-    return text.strip()
+    return rows[0].content if rows else ""
 
 
 async def consume_takeover(workers: Workers, tx: Tx, worker: Worker, end: str) -> Worker:
@@ -316,15 +310,12 @@ async def resume(workers: Workers, caller: Principal, worker_id: str, note: str 
                 code="worker_not_resumable",
                 state=worker.state,
             )
-        last = await _last_trigger(tx, worker)
-        what = last.splitlines()[0][:200] if last else "your last task"
-        text = (
-            f"[RESUME] Your work on: {what}\nwas interrupted ({worker.end_reason or 'stopped'}"
-            f"{'; the parent that spawned you is gone' if worker.cancel_propagated_from else ''})"
-            ". Continue where you left off."
+        text = wk.resume_text(
+            last_trigger=await _last_trigger(tx, worker),
+            reason=worker.end_reason or "stopped",
+            orphaned=worker.cancel_propagated_from is not None,
+            note=note,
         )
-        if note.strip():
-            text += f"\n\n<resume_note>\n{note.strip()}\n</resume_note>"
         workers.ctx.events.record(
             tx,
             "worker.resume_requested",

@@ -632,13 +632,11 @@ class Workers:
         return await self.ctx.store.write(job)
 
     async def _inherited(self, tx: Tx, parent: Worker) -> str:
-        """The parent's recent work, bounded: what a child inherits when asked to."""
-        lines: list[str] = []
-        for m in await tx.channel_messages(parent.channel_id, latest=INHERITED_MESSAGES):
-            lines.append(f"{m.sender_id}: {m.content.strip()}")
-        text = "\n".join(lines)
-        limit = wk.INHERITED_CONTEXT_CHARS
-        return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+        """The parent's recent work, bounded and quoted: what a child inherits when asked to."""
+        messages = await tx.channel_messages(parent.channel_id, latest=INHERITED_MESSAGES)
+        return wk.inherited_context(
+            [(m.sender_id, m.content) for m in messages], wk.INHERITED_CONTEXT_CHARS
+        )
 
     # -- results (service/worker_results.py) -------------------------------------------------------
     async def report_result(

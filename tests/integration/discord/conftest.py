@@ -17,7 +17,7 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
 from parley.core.workers import Worker
-from parley.service.bridge import Bridge, create_link_code
+from parley.service.bridge import Bridge
 from parley.service.hub import Hub
 from parley.service.workers import StartSpec
 from parley.testing import StaticRuntimes
@@ -122,8 +122,8 @@ class DiscordHub:
 
     async def link(self, principal: Principal, user_id: int, thread_id: int = 1) -> str:
         """Link ``user_id`` to ``principal`` with a fresh code; the bot's reply."""
-        code = await create_link_code(self.hub, principal)
-        return await self.slash("link", thread_id, user_id, code=code)
+        issued = await self.hub.bridge_links.create_code(principal)
+        return await self.slash("link", thread_id, user_id, code=issued.code)
 
 
 @pytest.fixture

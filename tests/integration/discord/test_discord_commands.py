@@ -7,7 +7,6 @@ import asyncio
 
 from parley.core.bridge import last_part
 from parley.core.identity import Principal
-from parley.service.bridge import create_link_code
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
 from tests.integration.discord.conftest import MAPLE, STRANGER, DiscordHub
@@ -29,7 +28,7 @@ async def test_slash_commands_act_as_the_linked_principal_and_refuse_strangers(
     assert "not linked" in refused
     assert (await hub.workers.get(operator, root.id)).children_worker_ids == []
 
-    code = await create_link_code(hub, operator)
+    code = (await hub.bridge_links.create_code(operator)).code
     assert "Linked" in await chat.slash("link", post.id, MAPLE, code=code)
     # A code works once.
     assert "unknown, used or expired" in await chat.slash("link", 1, STRANGER, code=code)

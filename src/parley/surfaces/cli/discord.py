@@ -1,6 +1,8 @@
-"""``parley discord …``: link a Discord user to a hub human, and check the bridge's setup.
+"""``parley discord …``: link a Discord user to a hub human, list and end links, and check the
+bridge's setup.
 
-``link`` asks the running hub for a one-time code; ``check`` reads the Discord settings of this
+``link`` asks the running hub for a one-time code, ``links`` and ``unlink`` show and end links;
+``check`` reads the Discord settings of this
 machine (``PARLEY_DISCORD_*``) and asks Discord's API what the bot may do, explaining what is
 missing. discord.py is imported by ``check`` only.
 """
@@ -12,10 +14,18 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from parley.surfaces.cli.output import JsonFlag, client, console, emit, print_error, wants_json
+from parley.surfaces.cli.output import (
+    JsonFlag,
+    client,
+    console,
+    emit,
+    print_error,
+    table,
+    wants_json,
+)
 
 discord_app = typer.Typer(
-    help="The Discord bridge: link Discord users to hub humans, check the bot's setup.",
+    help="The Discord bridge: link Discord users to hub humans, end links, check the bot's setup.",
     no_args_is_help=True,
 )
 
@@ -25,7 +35,8 @@ def render_code(data: dict[str, Any]) -> None:
     console.print(
         Text(
             f"Run /link {data['code']} in Discord within {minutes} minutes to act there as "
-            f"{data['principal_id']!r}. The code works once.",
+            f"{data['principal_id']!r}. The code works once, and not after the human's token "
+            "is rotated.",
         ),
         soft_wrap=True,
     )
@@ -43,6 +54,50 @@ def link(
     """A one-time code that links the Discord user who runs /link with it to a hub human."""
     body = {"principal_id": human} if human else {}
     emit(ctx, as_json, client(ctx).post("/v1/discord/link-codes", body), render_code)
+
+
+def render_links(rows: list[dict[str, Any]], title: str = "links") -> None:
+    table(
+        title,
+        ["discord user", "human", "since"],
+        ([r["user_id"], r["principal_id"], r["created"]] for r in rows),
+    )
+
+
+@discord_app.command("links")
+def links(
+    ctx: typer.Context,
+    human: Annotated[
+        str | None,
+        typer.Option(
+            help="Whose links (the operator may name any); yours, or all for the operator."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The Discord users linked to you (the operator: to anyone)."""
+    params = {"principal_id": human} if human else {}
+    emit(ctx, as_json, client(ctx).get("/v1/discord/links", **params), render_links)
+
+
+@discord_app.command("unlink")
+def unlink(
+    ctx: typer.Context,
+    human: Annotated[
+        str | None,
+        typer.Option(help="End this human's links (the operator may name any); yours if omitted."),
+    ] = None,
+    discord_user: Annotated[
+        str | None,
+        typer.Option(help="End only this Discord user's link (its id, as `links` shows it)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """End links between Discord users and a hub human: their commands and messages no longer
+    reach the hub."""
+    body = {"principal_id": human, "user_id": discord_user}
+    done = client(ctx).post("/v1/discord/unlink", {k: v for k, v in body.items() if v})
+    emit(ctx, as_json, done, lambda data: render_links(data["unlinked"], "unlinked"))
 
 
 @discord_app.command("check")
