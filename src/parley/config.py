@@ -95,6 +95,14 @@ class Settings(BaseSettings):
         description="Largest task-result summary handed to a parent inline, in tokens (about four "
         "characters each); a longer one is stored as an artifact and the parent gets a reference.",
     )
+    worker_max_depth: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Deepest a worker may sit below its root worker (a root is 0, its children "
+        "1). A tree view nests at most this deep: a worker below that is shown as a root of "
+        "its own that names its parent.",
+    )
     payload_max_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest mail payload, in bytes of its JSON encoding."
     )

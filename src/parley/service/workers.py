@@ -13,7 +13,7 @@ views in :mod:`parley.service.worker_views`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -121,22 +121,33 @@ class Workers:
             raise worker_not_found(worker_id)
         return worker
 
-    async def ancestors(self, tx: Tx, worker: Worker) -> list[Worker]:
-        """The worker's parent, its parent's parent, ... (nearest first)."""
-        chain: list[Worker] = []
+    async def up(self, tx: Tx, worker: Worker) -> AsyncIterator[Worker]:
+        """The worker's parent, its parent's parent, ... up to its root (nearest first), read
+        one at a time, however deep; a worker met twice ends the walk (a cycle no spawn makes)."""
+        seen = {worker.id}
         parent_id = worker.parent_worker_id
-        while parent_id is not None and len(chain) < wk.MAX_DEPTH:
+        while parent_id is not None and parent_id not in seen:
             parent: Worker | None = await tx.get("workers", parent_id)
             if parent is None:
-                break
-            chain.append(parent)
+                return
+            yield parent
+            seen.add(parent_id)
             parent_id = parent.parent_worker_id
-        return chain
+
+    async def ancestors(self, tx: Tx, worker: Worker) -> list[Worker]:
+        """The worker's parent, its parent's parent, ... up to its root (nearest first)."""
+        return [parent async for parent in self.up(tx, worker)]
 
     async def allows(self, tx: Tx, rule: Rule, caller: Principal, worker: Worker) -> bool:
         """``rule`` (:func:`~parley.core.workers.may_control` or ``may_see``) for the caller
-        on the worker; its parent chain is read only when the worker alone does not decide."""
-        return rule(caller, worker, ()) or rule(caller, worker, await self.ancestors(tx, worker))
+        on the worker. Both allow when the worker alone or any one ancestor does, so the parent
+        chain is read only as far as it takes to decide."""
+        if rule(caller, worker, ()):
+            return True
+        async for parent in self.up(tx, worker):
+            if rule(caller, worker, (parent,)):
+                return True
+        return False
 
     async def may_control(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
         return await self.allows(tx, wk.may_control, caller, worker)
@@ -145,12 +156,27 @@ class Workers:
         return await self.allows(tx, wk.may_see, caller, worker)
 
     async def check_control(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
-        if not await self.may_control(tx, caller, worker):
-            raise PermissionDenied(
-                f"{caller.id!r} may not {action} worker {worker.id!r}: only the operator and "
-                "the worker's parent (whoever spawned or started it, or an ancestor) may",
-                code="worker_forbidden",
-            )
+        if await self.may_control(tx, caller, worker):
+            return
+        # Whoever may not see the worker is told what a read tells it: there is no such worker.
+        if caller.id != worker.agent_id:
+            raise worker_not_found(worker.id)
+        raise PermissionDenied(
+            f"{caller.id!r} may not {action} worker {worker.id!r}: only the operator and "
+            "the worker's parent (whoever spawned or started it, or an ancestor) may",
+            code="worker_forbidden",
+        )
+
+    async def check_own(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
+        """Only the worker's own agent and the operator may ``action`` (its heartbeat, its
+        result); whoever may not even see it is told there is no such worker."""
+        if caller.is_operator or caller.id == worker.agent_id:
+            return
+        if not await self.may_see(tx, caller, worker):
+            raise worker_not_found(worker.id)
+        raise PermissionDenied(
+            f"only worker {worker.id!r}'s own agent may {action}", code="worker_forbidden"
+        )
 
     async def visible(self, tx: Tx, caller: Principal, worker_id: str) -> Worker:
         worker = await self.load(tx, worker_id)
@@ -530,11 +556,8 @@ class Workers:
         async def job(tx: Tx) -> Worker:
             parent = await self.load(tx, parent_id, for_update=True)
             if not await self.may_see(tx, caller, parent):
-                raise PermissionDenied(
-                    f"{caller.id!r} may not spawn children of worker {parent.id!r}: only its "
-                    "agent, its parent and the operator may",
-                    code="worker_forbidden",
-                )
+                # Refused as a read of it would be: the caller is not told it exists.
+                raise worker_not_found(parent.id)
             if parent.terminal:
                 raise Conflict(
                     f"worker {parent.id!r} is {parent.state!r}; a finished worker cannot spawn",
