@@ -93,7 +93,8 @@ async def test_the_workers_profile_offers_the_worker_tools_with_their_rules(
     manual = {t.name: t.description or "" for t in listed}
     for rule in ("task-dispatch", "task-result", "artifact", "block_parent", "independent"):
         assert rule in manual["spawn_child"], rule
-    assert "worker_not_found" in manual["spawn_child"]
+    for code in ("worker_not_found", "worker_too_deep", "worker_too_many_children"):
+        assert code in manual["spawn_child"], code
     for rule in ("speak", "artifact", "not_a_child", "worker_finished", "nothing after it"):
         assert rule in manual["report_result"], rule
     for rule in ("independent children", "keep running", "cancel_propagated_from"):

@@ -1,8 +1,10 @@
-"""What a worker tree shows: a tree deeper than the depth limit still reads (REST, MCP, the web
-UI) and its root's creator still controls all of it, a tree shows only the workers the caller
-may see, and acting on a worker one may not see is refused as reading it is. REST and MCP
-alike; the agents have no runtime, so their workers wait (pending) instead of running and
-finishing."""
+"""How far one principal may grow a worker tree, and what a tree shows: starting and spawning
+count against the send quota (messages and the bytes they store), a child deeper than the depth
+limit and a child more than the fan-out limit are refused with their own codes, a tree made
+deeper before the limit still reads (REST, MCP, the web UI) and its root's creator still controls
+all of it, a tree shows only the workers the caller may see, and acting on a worker one may not
+see is refused as reading it is. REST and MCP alike; the agents have no runtime, so their
+workers wait (pending) instead of running and finishing."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import httpx
 import pytest
 from mcp import Client
 
+from parley.config import Settings
 from parley.core import workers as wk
 from parley.core.channels import LogicalSession
 from parley.core.identity import Principal
@@ -25,6 +28,7 @@ from parley.core.workers import Worker
 from parley.service.hub import Hub
 from parley.surfaces.mcp import build_mcp
 from parley.surfaces.rest.app import create_app
+from parley.testing import FakeClock
 from tests.conftest import AgentHandle, MakeAgent
 from tests.integration.mcp_support import data, refusal
 
@@ -66,6 +70,149 @@ async def created(response: httpx.Response) -> dict[str, Any]:
 async def worker_count(hub: Hub) -> int:
     async with hub.store.read() as tx:
         return len(await tx.select("workers"))
+
+
+def test_the_limits_are_ones_a_real_tree_never_meets() -> None:
+    fields = Settings.model_fields
+    assert fields["worker_max_depth"].default == 8
+    assert fields["worker_max_children"].default == 64
+
+
+# -- depth and fan-out -----------------------------------------------------------------------------
+@pytest.fixture
+def small_tree(settings: Settings) -> Settings:
+    settings.worker_max_depth = 2
+    settings.worker_max_children = 2
+    return settings
+
+
+async def test_a_child_deeper_than_the_limit_is_refused_on_every_surface(
+    small_tree: Settings, hub: Hub, make_agent: MakeAgent, api: Api, connect: Connect
+) -> None:
+    lead = await idle_agent(make_agent, "lead")
+    client = api(lead.token)
+    root = await created(await client.post("/v1/workers", json={"prompt": "plan"}))
+    first = await created(await spawn(client, root["id"]))
+    second = await created(await spawn(client, first["id"]))
+    before = await worker_count(hub)
+
+    r = await spawn(client, second["id"])
+    assert refused(r) == (409, "worker_too_deep")
+    assert "more than 2 levels below its root" in r.json()["message"]
+    assert r.json()["details"] == {"worker_id": second["id"], "limit": 2}
+    async with connect(lead.token) as mcp:
+        args = {"prompt": "deeper", "parent_worker_id": second["id"]}
+        assert refusal(await mcp.call_tool("spawn_child", args))["code"] == "worker_too_deep"
+    # The operator is held to it as well: the limit is the tree's, not the caller's.
+    op = api(hub.operator_token)
+    assert refused(await spawn(op, second["id"])) == (409, "worker_too_deep")
+    assert await worker_count(hub) == before
+    # A sibling at the deepest level allowed is not refused.
+    await created(await spawn(client, first["id"]))
+
+
+async def test_a_parent_with_the_most_unfinished_children_refuses_another_until_one_ends(
+    small_tree: Settings, hub: Hub, make_agent: MakeAgent, api: Api, connect: Connect
+) -> None:
+    lead = await idle_agent(make_agent, "lead")
+    client, op = api(lead.token), api(hub.operator_token)
+    root = await created(await client.post("/v1/workers", json={"prompt": "plan"}))
+    first = await created(await spawn(client, root["id"]))
+    await created(await spawn(client, root["id"]))
+
+    r = await spawn(client, root["id"])
+    assert refused(r) == (409, "worker_too_many_children")
+    assert "has 2 unfinished children" in r.json()["message"]
+    assert r.json()["details"] == {"worker_id": root["id"], "limit": 2}
+    assert refused(await spawn(op, root["id"])) == (409, "worker_too_many_children")
+    async with connect(lead.token) as mcp:
+        args = {"prompt": "one more", "parent_worker_id": root["id"]}
+        code = refusal(await mcp.call_tool("spawn_child", args))["code"]
+        assert code == "worker_too_many_children"
+    # Finished children do not count: once one reports, there is room for another.
+    r = await client.post(f"/v1/workers/{first['id']}/result", json={"summary": "done"})
+    assert r.status_code == 200, r.text
+    await created(await spawn(client, root["id"]))
+    assert refused(await spawn(client, root["id"])) == (409, "worker_too_many_children")
+
+
+# -- the send quota --------------------------------------------------------------------------------
+RATE = 3
+BYTES = 60_000
+
+
+@pytest.fixture
+def quota(settings: Settings) -> Settings:
+    settings.send_rate_per_minute = RATE
+    settings.send_bytes_per_minute = BYTES
+    return settings
+
+
+async def test_starting_and_spawning_count_against_the_send_quota(
+    quota: Settings, hub: Hub, make_agent: MakeAgent, api: Api, connect: Connect, clock: FakeClock
+) -> None:
+    lead = await idle_agent(make_agent, "lead")
+    await idle_agent(make_agent, "bob")
+    client = api(lead.token)
+    root = await created(await client.post("/v1/workers", json={"prompt": "plan"}))
+    await created(await spawn(client, root["id"]))
+    await created(await spawn(client, root["id"]))
+    before = await worker_count(hub)
+
+    r = await spawn(client, root["id"])
+    assert refused(r) == (429, "quota_exceeded")
+    assert f"{RATE} messages a minute" in r.json()["message"]
+    assert "Retry-After" in r.headers
+    r = await client.post("/v1/workers", json={"prompt": "another"})
+    assert refused(r) == (429, "quota_exceeded")
+    async with connect(lead.token) as mcp:
+        args = {"prompt": "x", "parent_worker_id": root["id"]}
+        assert refusal(await mcp.call_tool("spawn_child", args))["code"] == "quota_exceeded"
+    # One quota for everything a sender stores: mail is refused too.
+    r = await client.post("/v1/mail", json={"to": "bob", "kind": "task", "body": "hi"})
+    assert refused(r) == (429, "quota_exceeded")
+    assert await worker_count(hub) == before
+    # The operator is not limited; the agent is again once the minute has passed.
+    await created(await spawn(api(hub.operator_token), root["id"]))
+    clock.advance(60)
+    await created(await spawn(client, root["id"]))
+
+
+async def test_a_spawn_is_charged_every_copy_of_the_prompt_it_stores(
+    quota: Settings, hub: Hub, make_agent: MakeAgent, api: Api
+) -> None:
+    lead = await idle_agent(make_agent, "lead")
+    client = api(lead.token)
+    root = await created(await client.post("/v1/workers", json={"prompt": "plan"}))
+    # A spawn stores its prompt three times (the dispatch mail's body and payload, and the
+    # child's first turn): 10 kB of prompt costs over 30 kB, so a second does not fit in 60 kB.
+    await created(await spawn(client, root["id"], "p" * 10_000))
+    r = await spawn(client, root["id"], "q" * 10_000)
+    assert refused(r) == (429, "quota_exceeded")
+    assert f"{BYTES:,} bytes a minute" in r.json()["message"]
+    # One that stores more than the whole minute's bytes is refused as too large.
+    r = await spawn(client, root["id"], "r" * 25_000)
+    assert refused(r) == (413, "send_over_quota")
+    assert r.json()["details"]["limit"] == BYTES
+    assert r.json()["details"]["size"] > 3 * 25_000
+
+
+async def test_a_start_or_spawn_that_stores_nothing_gives_its_charge_back(
+    quota: Settings, hub: Hub, make_agent: MakeAgent, api: Api
+) -> None:
+    hub.settings.message_max_bytes = 30_000
+    lead = await idle_agent(make_agent, "lead")
+    client = api(lead.token)
+    root = await created(await client.post("/v1/workers", json={"prompt": "plan"}))
+    # Refused after it was charged: the turn's text, or the dispatch, is over the message size.
+    for _ in range(RATE + 1):
+        r = await client.post("/v1/workers", json={"prompt": "s" * 40_000})
+        assert refused(r) == (413, "message_too_large")
+        # ~51 kB charged, within the minute's bytes; its dispatch mail (~34 kB) is too large.
+        r = await spawn(client, root["id"], "t" * 17_000)
+        assert refused(r) == (413, "message_too_large")
+    await created(await spawn(client, root["id"]))
+    await created(await client.post("/v1/workers", json={"prompt": "again"}))
 
 
 # -- a tree deeper than the limit, made before it --------------------------------------------------
@@ -179,6 +326,8 @@ async def test_a_tree_made_deeper_than_the_limit_still_reads_and_its_creator_con
     r = await client.post(f"/v1/workers/{deepest.id}/cancel", json={"reason": "not needed"})
     assert r.status_code == 200, r.text
     assert [w["id"] for w in r.json()["cancelled"]] == [deepest.id]
+    # Spawning below it is refused: it is far deeper than the limit.
+    assert refused(await spawn(client, chain[-2].id)) == (409, "worker_too_deep")
 
 
 # -- what a tree shows -----------------------------------------------------------------------------

@@ -68,6 +68,18 @@ class IllegalWorkerTransition(Conflict):
     code = "illegal_worker_transition"
 
 
+class WorkerTooDeep(Conflict):
+    """A child here would sit deeper below its root than the hub allows."""
+
+    code = "worker_too_deep"
+
+
+class TooManyChildren(Conflict):
+    """The parent has as many unfinished children as the hub allows."""
+
+    code = "worker_too_many_children"
+
+
 class WorkerResult(BaseModel):
     """What a finished child reports to its parent (the ``task-result`` payload). ``summary``
     is empty and ``artifact_id`` set when the summary was over the budget and stored apart."""

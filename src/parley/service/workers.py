@@ -23,15 +23,16 @@ from parley.core.channels import Channel, ChannelMessage, LogicalSession, Task
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id
-from parley.core.limits import StorableText, check_text
+from parley.core.limits import StorableText, check_text, json_bytes
 from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
-from parley.service import worker_control, worker_results, worker_views
+from parley.service import worker_control, worker_limits, worker_results, worker_views
 from parley.service.channels import Channels, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
+from parley.service.quotas import Ticket
 from parley.service.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
@@ -475,10 +476,12 @@ class Workers:
                 "name the agent that runs the worker in 'agent_id'", code="agent_required"
             )
 
-        async def job(tx: Tx) -> Worker:
+        async def job(tx: Tx, ticket: Ticket) -> Worker:
             agent = await self._agent(tx, agent_id)
             if agent.id != caller.id:
                 await self.channels.check_consent(tx, caller, [agent.id])
+            # The prompt is stored as the first turn's text: the caller's, like a post.
+            ticket.charge(messages=1, nbytes=len(spec.prompt.encode()))
             name = spec.name or wk.child_name(agent.display_name, spec.prompt)
             session = await self._new_session(tx, caller, agent, name, [caller.id])
             worker = self._new_worker(
@@ -491,7 +494,7 @@ class Workers:
             await self.trigger(tx, worker, spec.prompt)
             return await self.load(tx, worker.id)
 
-        return await self.ctx.store.write(job)
+        return await worker_limits.charged(self, caller, job)
 
     def _record_created(self, tx: Tx, caller: Principal, worker: Worker) -> None:
         self.ctx.events.record(
@@ -553,7 +556,7 @@ class Workers:
         if parent_id is None:
             parent_id = (await self.own_worker(caller)).id
 
-        async def job(tx: Tx) -> Worker:
+        async def job(tx: Tx, ticket: Ticket) -> Worker:
             parent = await self.load(tx, parent_id, for_update=True)
             if not await self.may_see(tx, caller, parent):
                 # Refused as a read of it would be: the caller is not told it exists.
@@ -564,6 +567,7 @@ class Workers:
                     code="worker_finished",
                     state=parent.state,
                 )
+            await worker_limits.check_room(self, tx, parent)
             agent = await self._agent(tx, spec.agent_id or parent.agent_id)
             if agent.id not in (caller.id, parent.agent_id):
                 await self.channels.check_consent(tx, caller, [agent.id])
@@ -593,20 +597,35 @@ class Workers:
                 block_parent=spec.block_parent,
                 long_running=spec.long_running,
             )
+            subject = f"Task from {parent_name}: {spec.prompt.strip().splitlines()[0][:120]}"
+            payload = {
+                "prompt": spec.prompt,
+                "inherited_context": inherited,
+                "expected_artifacts": list(spec.expected_artifacts),
+                "worker_id": child.id,
+                "parent_worker_id": parent.id,
+                "purpose": spec.purpose,
+            }
+            text = wk.dispatch_text(
+                parent_name=parent_name,
+                prompt=spec.prompt,
+                purpose=spec.purpose,
+                inherited_context=inherited,
+                expected_artifacts=spec.expected_artifacts,
+            )
+            # A spawn stores the prompt three times (the dispatch's body and payload, the
+            # child's first turn): what it stores is what it costs the caller.
+            dispatch_size = json_bytes(
+                {"subject": subject, "body": spec.prompt, "payload": payload}
+            )
+            ticket.charge(messages=1, nbytes=dispatch_size + len(text.encode()))
             dispatch = await self.mail.deliver_system(
                 tx,
                 agent.id,
                 "task-dispatch",
-                f"Task from {parent_name}: {spec.prompt.strip().splitlines()[0][:120]}",
+                subject,
                 spec.prompt,
-                {
-                    "prompt": spec.prompt,
-                    "inherited_context": inherited,
-                    "expected_artifacts": list(spec.expected_artifacts),
-                    "worker_id": child.id,
-                    "parent_worker_id": parent.id,
-                    "purpose": spec.purpose,
-                },
+                payload,
                 session_id=session.id,
                 from_id=parent.id,
             )
@@ -642,17 +661,10 @@ class Workers:
                 span_id=parent.span_id,
             )
             self.publish(tx, child)
-            text = wk.dispatch_text(
-                parent_name=parent_name,
-                prompt=spec.prompt,
-                purpose=spec.purpose,
-                inherited_context=inherited,
-                expected_artifacts=spec.expected_artifacts,
-            )
             await self.trigger(tx, child, text, metadata={"dispatch_message_id": dispatch.id})
             return await self.load(tx, child.id)
 
-        return await self.ctx.store.write(job)
+        return await worker_limits.charged(self, caller, job)
 
     async def _inherited(self, tx: Tx, parent: Worker) -> str:
         """The parent's recent work, bounded: what a child inherits when asked to."""

@@ -31,8 +31,10 @@ else the worker of the turn you are in, else your main worker. agent_id runs it 
 parent's agent; another agent must accept channels from you). The child's summary comes back \
 to the parent's session as a task-result mail; one over {wk.DEFAULT_RESULT_BUDGET_TOKENS} \
 tokens is stored as an artifact and the parent gets its id (read_artifact). block_parent: the \
-result wakes the parent. independent: cancelling the parent does not stop it. Refused: \
-worker_not_found (a parent you may not see), worker_finished, membership_consent_required."""
+result wakes the parent. independent: cancelling the parent does not stop it. Counts against \
+your send quota (quota_exceeded). Refused: worker_not_found (a parent you may not see), \
+worker_too_deep (a child too far below its root), worker_too_many_children (the parent has as \
+many unfinished children as allowed), worker_finished, membership_consent_required."""
 
 REPORT_RESULT = f"""\
 Finish a child task: the worker completes (success) or fails, and its parent gets a \
