@@ -95,6 +95,21 @@ class Settings(BaseSettings):
         description="Largest task-result summary handed to a parent inline, in tokens (about four "
         "characters each); a longer one is stored as an artifact and the parent gets a reference.",
     )
+    worker_max_depth: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Deepest a worker may sit below its root worker (a root is 0, its children "
+        "1); a spawn whose child would sit deeper is refused (worker_too_deep). A tree view "
+        "nests at most this deep: a worker below that (a tree made before the limit) is shown "
+        "as a root of its own that names its parent.",
+    )
+    worker_max_children: int = Field(
+        default=64,
+        ge=1,
+        description="Unfinished children one worker may have at once; another spawn is refused "
+        "(worker_too_many_children) until one of them ends. Finished children do not count.",
+    )
     payload_max_bytes: int = Field(
         default=64 * 1024, ge=1, description="Largest mail payload, in bytes of its JSON encoding."
     )

@@ -93,7 +93,8 @@ async def test_the_workers_profile_offers_the_worker_tools_with_their_rules(
     manual = {t.name: t.description or "" for t in listed}
     for rule in ("task-dispatch", "task-result", "artifact", "block_parent", "independent"):
         assert rule in manual["spawn_child"], rule
-    assert "worker_forbidden" in manual["spawn_child"]
+    for code in ("worker_not_found", "worker_too_deep", "worker_too_many_children"):
+        assert code in manual["spawn_child"], code
     for rule in ("speak", "artifact", "not_a_child", "worker_finished", "nothing after it"):
         assert rule in manual["report_result"], rule
     for rule in ("independent children", "keep running", "cancel_propagated_from"):
@@ -316,7 +317,8 @@ async def test_worker_tool_refusals(
         assert await code_of(parent, "spawn_child", args) == "membership_consent_required"
         spawned = data(await parent.call_tool("spawn_child", {"prompt": "x", "agent_id": "kid"}))
         main_id = spawned["parent_worker_id"]
-        # Others' workers are not disclosed, nor may they be touched.
+        # Others' workers are not disclosed, nor may they be touched: acting on one is refused
+        # as reading it is.
         assert await code_of(other, "worker_status", {"worker_id": spawned["id"]}) == (
             "worker_not_found"
         )
@@ -330,7 +332,7 @@ async def test_worker_tool_refusals(
             ("report_result", {"summary": "x", "worker_id": spawned["id"]}),
             ("heartbeat", {"worker_id": spawned["id"]}),
         ):
-            assert await code_of(other, tool, arguments) == "worker_forbidden", tool
+            assert await code_of(other, tool, arguments) == "worker_not_found", tool
         # The parent's main worker has no parent to report to.
         root = {"summary": "x", "worker_id": main_id}
         assert await code_of(parent, "report_result", root) == "not_a_child"

@@ -229,24 +229,43 @@ async def test_only_the_operator_and_the_parent_may_cancel_or_take_over(
     hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
     await scripted(make_agent, runtimes, "lead")
+    await scripted(make_agent, runtimes, "helper")
     other = await make_agent("other", runtime={"kind": "scripted"})
     lead_principal = await hub.identity.require("lead")
+    helper = await hub.identity.require("helper")
     root = await hub.workers.start(lead_principal, StartSpec(prompt="work"))
     await hub.tasks.wait_idle()
     child = await hub.workers.spawn(lead_principal, root.id, SpawnSpec(prompt="sub task"))
     await hub.tasks.wait_idle()
+    helped = await hub.workers.spawn(operator, root.id, SpawnSpec(prompt="x", agent_id="helper"))
+    await hub.tasks.wait_idle()
+    # Nobody else even sees them: acting on one is refused as reading it is, as missing.
+    for worker_id, action in (
+        (child.id, hub.workers.get(other.principal, child.id)),
+        (root.id, hub.workers.cancel(other.principal, root.id)),
+        (root.id, hub.workers.takeover(other.principal, root.id, "stop")),
+        (root.id, hub.workers.spawn(other.principal, root.id, SpawnSpec(prompt="mine now"))),
+        (root.id, hub.workers.resume(other.principal, root.id)),
+        (root.id, hub.workers.release(other.principal, root.id)),
+        (root.id, hub.workers.heartbeat(other.principal, root.id)),
+        (child.id, hub.workers.report_result(other.principal, child.id, ResultSpec(summary="x"))),
+    ):
+        with pytest.raises(NotFound) as missing:
+            await action
+        assert (missing.value.code, missing.value.message) == (
+            "worker_not_found",
+            f"no worker {worker_id!r}",
+        )
+    # A worker's own agent sees it but does not control it; whoever is above it sees it but
+    # does not speak for it.
     for action in (
-        hub.workers.cancel(other.principal, root.id),
-        hub.workers.takeover(other.principal, root.id, "stop"),
-        hub.workers.spawn(other.principal, root.id, SpawnSpec(prompt="mine now")),
+        hub.workers.cancel(helper, helped.id),
+        hub.workers.takeover(helper, helped.id, "stop"),
+        hub.workers.heartbeat(lead_principal, helped.id),
     ):
         with pytest.raises(PermissionDenied) as err:
             await action
         assert err.value.code == "worker_forbidden"
-    # Nobody else even sees it.
-    with pytest.raises(Exception) as missing:
-        await hub.workers.get(other.principal, child.id)
-    assert getattr(missing.value, "code", None) == "worker_not_found"
     # An illegal transition is refused with its own code.
     with pytest.raises(IllegalWorkerTransition):
         await hub.workers.release(lead_principal, child.id)

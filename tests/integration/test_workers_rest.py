@@ -160,18 +160,22 @@ async def test_a_child_reports_its_result_and_others_are_refused_over_rest(
     )
     r = await as_other.get(f"/v1/sessions/{root['session_id']}/topology")
     assert refused(r) == (404, "session_not_found")
+    # Acting on them is refused as reading them is: the same 404, the same message.
+    missing = (await as_other.get(f"/v1/workers/{root['id']}")).json()
     for path, body in (
         ("cancel", {}),
         ("takeover", {"instruction": "stop"}),
         ("spawn", {"prompt": "mine now"}),
         ("resume", {}),
+        ("release", None),
+        ("heartbeat", {}),
+        ("result", {"summary": "mine"}),
     ):
         r = await as_other.post(f"/v1/workers/{root['id']}/{path}", json=body)
-        assert refused(r) == (403, "worker_forbidden"), path
-    r = await as_other.post(f"/v1/workers/{child['id']}/heartbeat", json={})
-    assert refused(r) == (403, "worker_forbidden")
+        assert refused(r) == (404, "worker_not_found"), path
+        assert r.json()["message"] == missing["message"], path
     r = await as_other.post(f"/v1/workers/{child['id']}/result", json={"summary": "mine"})
-    assert refused(r) == (403, "worker_forbidden")
+    assert refused(r) == (404, "worker_not_found")
     assert (await as_lead.get("/v1/workers")).json()[0]["id"] == child["id"]
 
     r = await as_lead.post(f"/v1/workers/{child['id']}/heartbeat", json={"long_running": True})

@@ -196,10 +196,54 @@ def test_the_dispatch_names_the_parent_the_context_and_how_to_finish() -> None:
 
 
 def test_topology_nests_children_under_parents() -> None:
-    tree = wk.topology([worker("r"), worker("a", "r"), worker("b", "a"), worker("x", "gone")])
-    assert [n["id"] for n in tree] == ["r", "x"]
+    rows = [worker("r"), worker("a", "r"), worker("b", "a"), worker("x", "gone")]
+    tree = wk.topology(rows, nesting=8)
+    assert [(n["id"], n["parent_worker_id"]) for n in tree] == [("r", None), ("x", "gone")]
     assert tree[0]["children"][0]["id"] == "a"
     assert tree[0]["children"][0]["children"][0]["id"] == "b"
+    assert [(n["id"], level) for n, level in wk.walk(tree)] == [
+        ("r", 0),
+        ("a", 1),
+        ("b", 2),
+        ("x", 0),
+    ]
+
+
+def chain(length: int, **kw: object) -> list[Worker]:
+    """w0 → w1 → … → w<length-1>, each the parent of the next, created in that order."""
+    return [
+        worker(f"w{i}", f"w{i - 1}" if i else None, created=T0 + timedelta(seconds=i), **kw)
+        for i in range(length)
+    ]
+
+
+def depth_of(nodes: list[dict[str, object]]) -> int:
+    """How deep a tree of nested nodes goes (1: roots only), without recursion."""
+    return max((level + 1 for _, level in wk.walk(nodes)), default=0)  # type: ignore[arg-type]
+
+
+def test_a_tree_deeper_than_its_nesting_goes_on_as_roots_that_name_their_parent() -> None:
+    rows = chain(2000)
+    tree = wk.topology(rows, nesting=8)
+    # Nine levels (0 to 8) nest; the tenth worker starts a tree of its own, and so on: every
+    # worker is there once, and no answer is deeper than the bound.
+    assert depth_of(tree) == 9
+    assert [n["id"] for n in tree][:3] == ["w0", "w9", "w18"]
+    assert [n["parent_worker_id"] for n in tree][:3] == [None, "w8", "w17"]
+    assert sorted(n["id"] for n, _ in wk.walk(tree)) == sorted(w.id for w in rows)
+    # Siblings keep their creation order, also under a root that goes on below the bound.
+    wide = [*chain(3), worker("z", "w2", created=T0 + timedelta(seconds=9))]
+    wide.append(worker("y", "w2", created=T0 + timedelta(seconds=5)))
+    [root, below] = wk.topology(wide, nesting=1)
+    assert (root["id"], below["id"]) == ("w0", "w2")
+    assert [c["id"] for c in below["children"]] == ["y", "z"]
+
+
+def test_workers_in_a_parent_cycle_are_shown_once_as_roots() -> None:
+    rows = [worker("a", "b"), worker("b", "a"), worker("r")]
+    tree = wk.topology(rows, nesting=8)
+    assert sorted(n["id"] for n, _ in wk.walk(tree)) == ["a", "b", "r"]
+    assert wk.ancestors(rows[0], {w.id: w for w in rows}) == [rows[1]]
 
 
 def test_the_parent_chain_decides_who_controls_and_who_sees_a_worker() -> None:
@@ -231,13 +275,25 @@ def test_the_parent_chain_decides_who_controls_and_who_sees_a_worker() -> None:
     assert sees(who("scout"), grandchild) and not controls(who("scout"), grandchild)
     assert not sees(who("scout"), child) and not sees(who("other"), grandchild)
     assert controls(who("boss", role="operator"), sibling)
-    # The chain is bounded: a worker deeper than MAX_DEPTH is not found through the root.
-    chain = [worker("w0", agent_id="lead")]
-    for depth in range(1, wk.MAX_DEPTH + 2):
-        chain.append(worker(f"w{depth}", f"w{depth - 1}", agent_id="x", created_by="x"))
-    deep = {w.id: w for w in chain}
-    assert len(wk.ancestors(chain[-1], deep)) == wk.MAX_DEPTH
-    assert not wk.may_see(who("lead"), chain[-1], wk.ancestors(chain[-1], deep))
+    # One pass over many workers says the same as the rule on each.
+    every = list(by_id.values())
+    for name in ("lead", "ops", "helper", "scout", "other", "nobody"):
+        assert wk.visible(who(name), every) == [w for w in every if sees(who(name), w)], name
+    assert wk.visible(who("boss", role="operator"), every) == every
+
+
+def test_whoever_is_above_a_worker_controls_it_however_deep_it_sits() -> None:
+    def who(principal_id: str) -> Principal:
+        return Principal(id=principal_id, kind="agent", display_name=principal_id, created=T0)
+
+    rows = chain(1500, agent_id="x", created_by="x")
+    rows[0] = rows[0].model_copy(update={"agent_id": "lead"})
+    deepest = rows[-1]
+    by_id = {w.id: w for w in rows}
+    assert len(wk.ancestors(deepest, by_id)) == 1499
+    assert wk.may_control(who("lead"), deepest, wk.ancestors(deepest, by_id))
+    assert wk.visible(who("lead"), reversed(rows)) == list(reversed(rows))
+    assert wk.visible(who("y"), rows) == []
 
 
 def test_the_cli_knows_the_same_states_as_the_hub() -> None:
@@ -245,3 +301,21 @@ def test_the_cli_knows_the_same_states_as_the_hub() -> None:
 
     assert TERMINAL_STATES == wk.TERMINAL
     assert set(STATE_STYLES) == set(wk.WORKER_STATES)
+
+
+def test_the_cli_nests_and_draws_a_tree_deeper_than_pythons_stack() -> None:
+    from parley.surfaces.cli.worker_view import nest, worker_tree
+
+    rows = [w.model_dump(mode="json") for w in chain(3000)]
+    nested = nest(reversed(rows))
+    assert [(n["id"], level) for n, level in wk.walk(nested)][-1] == ("w2999", 2999)
+    drawn = worker_tree(nested, title="deep", focus="w2999")
+    branches, count = [drawn], 0
+    while branches:
+        branch = branches.pop()
+        count += 1
+        branches.extend(branch.children)
+    assert count == 3001  # the title and every worker
+    # A root that has a parent (hidden, or below the nesting bound) says where it belongs.
+    [shown] = worker_tree([{**rows[5], "children": []}], title="t").children
+    assert f"under {rows[4]['id']}" in str(shown.label)

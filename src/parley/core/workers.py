@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
@@ -60,14 +61,24 @@ INHERITED_CONTEXT_CHARS = 4000
 PROMPT_MAX_CHARS = 100_000
 INSTRUCTION_MAX_CHARS = 20_000
 CANCEL_REASON_MAX_CHARS = 200
-# How far up a permission check walks the parent chain.
-MAX_DEPTH = 32
 
 
 class IllegalWorkerTransition(Conflict):
     """This worker state change is not allowed."""
 
     code = "illegal_worker_transition"
+
+
+class WorkerTooDeep(Conflict):
+    """A child here would sit deeper below its root than the hub allows."""
+
+    code = "worker_too_deep"
+
+
+class TooManyChildren(Conflict):
+    """The parent has as many unfinished children as the hub allows."""
+
+    code = "worker_too_many_children"
 
 
 class WorkerResult(BaseModel):
@@ -218,15 +229,19 @@ def orphans(workers: Iterable[Worker], alive: Mapping[str, Worker]) -> list[Work
 
 
 def ancestors(worker: Worker, by_id: Mapping[str, Worker]) -> list[Worker]:
-    """The worker's parent, its parent's parent, ... among ``by_id`` (nearest first), at most
-    :data:`MAX_DEPTH` of them. A worker's ancestors share its trace."""
+    """The worker's parent, its parent's parent, ... up to its root among ``by_id`` (nearest
+    first), however deep: who controls a worker must not depend on how deep it sits. A parent
+    outside ``by_id`` ends the chain, and so does a worker met twice (a cycle no spawn makes,
+    but rows can hold). A worker's ancestors share its trace."""
     chain: list[Worker] = []
+    seen = {worker.id}
     parent_id = worker.parent_worker_id
-    while parent_id is not None and len(chain) < MAX_DEPTH:
+    while parent_id is not None and parent_id not in seen:
         parent = by_id.get(parent_id)
         if parent is None:
             break
         chain.append(parent)
+        seen.add(parent_id)
         parent_id = parent.parent_worker_id
     return chain
 
@@ -243,6 +258,38 @@ def may_control(caller: Principal, worker: Worker, ancestors: Iterable[Worker]) 
 def may_see(caller: Principal, worker: Worker, ancestors: Iterable[Worker]) -> bool:
     """Its own agent and whoever controls it see a worker; to anyone else it does not exist."""
     return caller.id == worker.agent_id or may_control(caller, worker, ancestors)
+
+
+def visible(caller: Principal, workers: Iterable[Worker]) -> list[Worker]:
+    """The workers :func:`may_see` lets the caller see, each judged with its parent chain among
+    ``workers``, in their order. One pass however deep the chains: whether the caller is the
+    agent or creator of a worker or of one above it is worked out once per worker. What a
+    caller sees is closed downwards: whoever sees a worker sees everything below it."""
+    rows = list(workers)
+    if caller.is_operator:
+        return rows
+    by_id = {w.id: w for w in rows}
+    # Whether the caller is the agent or the creator of the worker or of one of its ancestors.
+    above: dict[str, bool] = {}
+    for start in rows:
+        path: list[str] = []
+        on_path: set[str] = set()
+        found = False
+        current: Worker | None = start
+        while current is not None and current.id not in above and current.id not in on_path:
+            path.append(current.id)
+            on_path.add(current.id)
+            if caller.id in (current.agent_id, current.created_by):
+                found = True
+                break
+            parent_id = current.parent_worker_id
+            current = by_id.get(parent_id) if parent_id is not None else None
+        if not found and current is not None and current.id in above:
+            found = above[current.id]
+        # Everything on the path below the worker that decided shares its answer.
+        for worker_id in path:
+            above[worker_id] = found
+    return [w for w in rows if above[w.id]]
 
 
 def is_stale(worker: Worker, now: datetime, stale_after_s: float) -> bool:
@@ -418,26 +465,60 @@ def mail_block(messages: Sequence[tuple[str, str, str, str]]) -> str:
     return "\n\n".join([head, *items]) + f"\n{MAIL_CLOSE}"
 
 
-def topology(workers: Iterable[Worker]) -> list[dict[str, Any]]:
-    """The child tree of ``workers`` as nested dicts (roots first, by creation)."""
-    by_parent: dict[str | None, list[Worker]] = {}
-    ids = set()
+def topology(workers: Iterable[Worker], *, nesting: int) -> list[dict[str, Any]]:
+    """The child tree of ``workers`` as nested dicts: roots first, each list by creation. A
+    worker whose parent is not among ``workers`` (gone, or hidden from the caller) is a root,
+    and so is one that would sit more than ``nesting`` levels below its root: an answer nests
+    at most that deep however deep the tree (one made before the depth limit), so that every
+    reader can walk it. A node's ``parent_worker_id`` says where a root of either kind belongs.
+    Built without recursion."""
     ordered = sorted(workers, key=lambda w: (w.created, w.id))
-    for w in ordered:
-        ids.add(w.id)
+    ids = {w.id for w in ordered}
+    children_of: dict[str | None, list[Worker]] = {}
     for w in ordered:
         parent = w.parent_worker_id if w.parent_worker_id in ids else None
-        by_parent.setdefault(parent, []).append(w)
-
-    def node(w: Worker) -> dict[str, Any]:
-        return {
+        children_of.setdefault(parent, []).append(w)
+    tops: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    # Breadth first, so that each list of children fills in creation order.
+    queue: deque[tuple[Worker, list[dict[str, Any]], int]] = deque(
+        (w, tops, 0) for w in children_of.get(None, [])
+    )
+    stray = iter(ordered)
+    while True:
+        if not queue:
+            # Workers in a parent cycle hang under no root: they are roots too.
+            left = next((x for x in stray if x.id not in placed), None)
+            if left is None:
+                break
+            queue.append((left, tops, 0))
+        w, siblings, level = queue.popleft()
+        if w.id in placed:
+            continue
+        placed.add(w.id)
+        if level > nesting:
+            siblings, level = tops, 0
+        node: dict[str, Any] = {
             "id": w.id,
             "agent_id": w.agent_id,
             "session_id": w.session_id,
             "state": w.state,
             "independent": w.independent,
             "cancel_propagated_from": w.cancel_propagated_from,
-            "children": [node(c) for c in by_parent.get(w.id, [])],
+            "parent_worker_id": w.parent_worker_id,
+            "children": [],
         }
+        siblings.append(node)
+        below: list[dict[str, Any]] = node["children"]
+        queue.extend((c, below, level + 1) for c in children_of.get(w.id, []))
+    return tops
 
-    return [node(w) for w in by_parent.get(None, [])]
+
+def walk(nodes: Sequence[Mapping[str, Any]]) -> Iterator[tuple[Mapping[str, Any], int]]:
+    """Each node of a tree of :func:`topology` and its level (0 for a root), parents before
+    their children, in order; without recursion."""
+    stack: list[tuple[Mapping[str, Any], int]] = [(n, 0) for n in reversed(nodes)]
+    while stack:
+        node, level = stack.pop()
+        yield node, level
+        stack.extend((c, level + 1) for c in reversed(node.get("children") or ()))

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from parley.core import bridge as br
+from parley.core import workers as wk
 from parley.core.bridge import CommandCall
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
@@ -79,12 +80,11 @@ async def relay(bridge: Bridge, who: Principal, call: CommandCall) -> str:
     return f"Relayed to {child.id} (message {posted.message.id})."
 
 
-def _tree_lines(nodes: list[dict[str, Any]], depth: int = 0) -> list[str]:
+def _tree_lines(nodes: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
-    for node in nodes:
+    for node, depth in wk.walk(nodes):
         emoji = br.STATUS_EMOJI.get(str(node["state"]), "❔")
         lines.append(f"{'  ' * depth}{emoji} {node['id']} ({node['agent_id']}, {node['state']})")
-        lines.extend(_tree_lines(node["children"], depth + 1))
     return lines
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from parley.core import workers as wk
 from parley.core.channels import ChannelMessage
-from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest
 from parley.core.identity import Principal
 from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
@@ -355,11 +355,7 @@ async def heartbeat(
 
     async def job(tx: Tx) -> Worker:
         worker = await workers.load(tx, worker_id, for_update=True)
-        if not (caller.is_operator or caller.id == worker.agent_id):
-            raise PermissionDenied(
-                f"only worker {worker.id!r}'s own agent may send its heartbeat",
-                code="worker_forbidden",
-            )
+        await workers.check_own(tx, caller, worker, "send its heartbeat")
         if worker.terminal:
             raise Conflict(
                 f"worker {worker.id!r} already ended ({worker.state!r})",

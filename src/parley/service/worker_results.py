@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from parley.core import workers as wk
 from parley.core.channels import LogicalSession
-from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest
 from parley.core.identity import Principal
 from parley.core.ids import new_id
 from parley.core.ports import Tx
@@ -161,11 +161,7 @@ async def _reporting_worker(
             )
         worker_id = rows[0].id
     worker = await workers.load(tx, worker_id, for_update=True)
-    if not (caller.is_operator or caller.id == worker.agent_id):
-        raise PermissionDenied(
-            f"only worker {worker.id!r}'s own agent may report its result",
-            code="worker_forbidden",
-        )
+    await workers.check_own(tx, caller, worker, "report its result")
     if worker.parent_worker_id is None:
         raise InvalidRequest(
             f"worker {worker.id!r} has no parent to report to; release it instead",

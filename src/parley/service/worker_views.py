@@ -52,22 +52,26 @@ async def listing(
         mine = t.select().with_only_columns(w.trace_id)
         mine = mine.where((w.agent_id == caller.id) | (w.created_by == caller.id))
         rows: list[Worker] = await tx.select("workers", w.trace_id.in_(mine))
-    by_id = {r.id: r for r in rows}
-    seen = [
-        r
-        for r in rows
-        if (not state or r.state in state) and wk.may_see(caller, r, wk.ancestors(r, by_id))
-    ]
+    seen = [r for r in wk.visible(caller, rows) if not state or r.state in state]
     return sorted(seen, key=lambda r: r.id, reverse=True)[:limit]
 
 
 async def tree(workers: Workers, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
-    """The worker's trace as a child tree (every worker sharing its trace id)."""
+    """The worker's trace as a child tree: the workers sharing its trace id that the caller may
+    see (:func:`nested`)."""
     async with workers.ctx.store.read() as tx:
         worker = await workers.visible(tx, caller, worker_id)
         w = tx.table("workers").c
         rows: list[Worker] = await tx.select("workers", w.trace_id == worker.trace_id)
-    return wk.topology(rows)
+    return nested(workers, wk.visible(caller, rows))
+
+
+def nested(workers: Workers, rows: Iterable[Worker]) -> list[dict[str, Any]]:
+    """Workers as the child tree every surface shows, nested at most as deep as the depth limit
+    (:func:`~parley.core.workers.topology`). The rows are the ones the caller may see: what it
+    sees is closed downwards, so a visible worker whose parent is hidden (a child's agent looking
+    at its own worker) is a root, and the rest of the tree above it is not shown."""
+    return wk.topology(rows, nesting=workers.ctx.settings.worker_max_depth)
 
 
 async def topology(workers: Workers, caller: Principal, session_id: str) -> dict[str, Any]:
@@ -84,15 +88,14 @@ async def topology(workers: Workers, caller: Principal, session_id: str) -> dict
         tree: list[Worker] = (
             await tx.select("workers", w.trace_id.in_(list(traces))) if traces else []
         )
-        by_id = {x.id: x for x in tree}
-        allowed = (
-            caller.is_operator
-            or caller.id == session.agent_id
-            or any(wk.may_see(caller, x, wk.ancestors(x, by_id)) for x in own)
-        )
-        if not allowed:
+        seen = wk.visible(caller, tree)
+        seen_ids = {x.id for x in seen}
+        own = [x for x in own if x.id in seen_ids]
+        if not (caller.is_operator or caller.id == session.agent_id or own):
             raise NotFound(f"no session {session_id!r}", code="session_not_found")
-        sessions = await _child_sessions(tx, session_id)
+        # Child sessions (and their mail) are shown when one of their workers is.
+        seen_sessions = {x.session_id for x in seen}
+        sessions = [s for s in await _child_sessions(tx, session_id) if s.id in seen_sessions]
         m = tx.table("messages").c
         mail: list[Message] = await tx.select(
             "messages",
@@ -104,7 +107,7 @@ async def topology(workers: Workers, caller: Principal, session_id: str) -> dict
     return {
         "session": _session_view(caller, session),
         "workers": [x.model_dump(mode="json") for x in own],
-        "tree": wk.topology(tree),
+        "tree": nested(workers, seen),
         "child_sessions": [_session_view(caller, s) for s in sessions],
         "messages": [
             {

@@ -13,7 +13,7 @@ views in :mod:`parley.service.worker_views`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -23,15 +23,16 @@ from parley.core.channels import Channel, ChannelMessage, LogicalSession, Task
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id
-from parley.core.limits import StorableText, check_text
+from parley.core.limits import StorableText, check_text, json_bytes
 from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
-from parley.service import worker_control, worker_results, worker_views
+from parley.service import worker_control, worker_limits, worker_results, worker_views
 from parley.service.channels import Channels, check_content
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
+from parley.service.quotas import Ticket
 from parley.service.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
@@ -121,22 +122,33 @@ class Workers:
             raise worker_not_found(worker_id)
         return worker
 
-    async def ancestors(self, tx: Tx, worker: Worker) -> list[Worker]:
-        """The worker's parent, its parent's parent, ... (nearest first)."""
-        chain: list[Worker] = []
+    async def up(self, tx: Tx, worker: Worker) -> AsyncIterator[Worker]:
+        """The worker's parent, its parent's parent, ... up to its root (nearest first), read
+        one at a time, however deep; a worker met twice ends the walk (a cycle no spawn makes)."""
+        seen = {worker.id}
         parent_id = worker.parent_worker_id
-        while parent_id is not None and len(chain) < wk.MAX_DEPTH:
+        while parent_id is not None and parent_id not in seen:
             parent: Worker | None = await tx.get("workers", parent_id)
             if parent is None:
-                break
-            chain.append(parent)
+                return
+            yield parent
+            seen.add(parent_id)
             parent_id = parent.parent_worker_id
-        return chain
+
+    async def ancestors(self, tx: Tx, worker: Worker) -> list[Worker]:
+        """The worker's parent, its parent's parent, ... up to its root (nearest first)."""
+        return [parent async for parent in self.up(tx, worker)]
 
     async def allows(self, tx: Tx, rule: Rule, caller: Principal, worker: Worker) -> bool:
         """``rule`` (:func:`~parley.core.workers.may_control` or ``may_see``) for the caller
-        on the worker; its parent chain is read only when the worker alone does not decide."""
-        return rule(caller, worker, ()) or rule(caller, worker, await self.ancestors(tx, worker))
+        on the worker. Both allow when the worker alone or any one ancestor does, so the parent
+        chain is read only as far as it takes to decide."""
+        if rule(caller, worker, ()):
+            return True
+        async for parent in self.up(tx, worker):
+            if rule(caller, worker, (parent,)):
+                return True
+        return False
 
     async def may_control(self, tx: Tx, caller: Principal, worker: Worker) -> bool:
         return await self.allows(tx, wk.may_control, caller, worker)
@@ -145,12 +157,27 @@ class Workers:
         return await self.allows(tx, wk.may_see, caller, worker)
 
     async def check_control(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
-        if not await self.may_control(tx, caller, worker):
-            raise PermissionDenied(
-                f"{caller.id!r} may not {action} worker {worker.id!r}: only the operator and "
-                "the worker's parent (whoever spawned or started it, or an ancestor) may",
-                code="worker_forbidden",
-            )
+        if await self.may_control(tx, caller, worker):
+            return
+        # Whoever may not see the worker is told what a read tells it: there is no such worker.
+        if caller.id != worker.agent_id:
+            raise worker_not_found(worker.id)
+        raise PermissionDenied(
+            f"{caller.id!r} may not {action} worker {worker.id!r}: only the operator and "
+            "the worker's parent (whoever spawned or started it, or an ancestor) may",
+            code="worker_forbidden",
+        )
+
+    async def check_own(self, tx: Tx, caller: Principal, worker: Worker, action: str) -> None:
+        """Only the worker's own agent and the operator may ``action`` (its heartbeat, its
+        result); whoever may not even see it is told there is no such worker."""
+        if caller.is_operator or caller.id == worker.agent_id:
+            return
+        if not await self.may_see(tx, caller, worker):
+            raise worker_not_found(worker.id)
+        raise PermissionDenied(
+            f"only worker {worker.id!r}'s own agent may {action}", code="worker_forbidden"
+        )
 
     async def visible(self, tx: Tx, caller: Principal, worker_id: str) -> Worker:
         worker = await self.load(tx, worker_id)
@@ -449,10 +476,12 @@ class Workers:
                 "name the agent that runs the worker in 'agent_id'", code="agent_required"
             )
 
-        async def job(tx: Tx) -> Worker:
+        async def job(tx: Tx, ticket: Ticket) -> Worker:
             agent = await self._agent(tx, agent_id)
             if agent.id != caller.id:
                 await self.channels.check_consent(tx, caller, [agent.id])
+            # The prompt is stored as the first turn's text: the caller's, like a post.
+            ticket.charge(messages=1, nbytes=len(spec.prompt.encode()))
             name = spec.name or wk.child_name(agent.display_name, spec.prompt)
             session = await self._new_session(tx, caller, agent, name, [caller.id])
             worker = self._new_worker(
@@ -465,7 +494,7 @@ class Workers:
             await self.trigger(tx, worker, spec.prompt)
             return await self.load(tx, worker.id)
 
-        return await self.ctx.store.write(job)
+        return await worker_limits.charged(self, caller, job)
 
     def _record_created(self, tx: Tx, caller: Principal, worker: Worker) -> None:
         self.ctx.events.record(
@@ -527,20 +556,18 @@ class Workers:
         if parent_id is None:
             parent_id = (await self.own_worker(caller)).id
 
-        async def job(tx: Tx) -> Worker:
+        async def job(tx: Tx, ticket: Ticket) -> Worker:
             parent = await self.load(tx, parent_id, for_update=True)
             if not await self.may_see(tx, caller, parent):
-                raise PermissionDenied(
-                    f"{caller.id!r} may not spawn children of worker {parent.id!r}: only its "
-                    "agent, its parent and the operator may",
-                    code="worker_forbidden",
-                )
+                # Refused as a read of it would be: the caller is not told it exists.
+                raise worker_not_found(parent.id)
             if parent.terminal:
                 raise Conflict(
                     f"worker {parent.id!r} is {parent.state!r}; a finished worker cannot spawn",
                     code="worker_finished",
                     state=parent.state,
                 )
+            await worker_limits.check_room(self, tx, parent)
             agent = await self._agent(tx, spec.agent_id or parent.agent_id)
             if agent.id not in (caller.id, parent.agent_id):
                 await self.channels.check_consent(tx, caller, [agent.id])
@@ -570,20 +597,35 @@ class Workers:
                 block_parent=spec.block_parent,
                 long_running=spec.long_running,
             )
+            subject = f"Task from {parent_name}: {spec.prompt.strip().splitlines()[0][:120]}"
+            payload = {
+                "prompt": spec.prompt,
+                "inherited_context": inherited,
+                "expected_artifacts": list(spec.expected_artifacts),
+                "worker_id": child.id,
+                "parent_worker_id": parent.id,
+                "purpose": spec.purpose,
+            }
+            text = wk.dispatch_text(
+                parent_name=parent_name,
+                prompt=spec.prompt,
+                purpose=spec.purpose,
+                inherited_context=inherited,
+                expected_artifacts=spec.expected_artifacts,
+            )
+            # A spawn stores the prompt three times (the dispatch's body and payload, the
+            # child's first turn): what it stores is what it costs the caller.
+            dispatch_size = json_bytes(
+                {"subject": subject, "body": spec.prompt, "payload": payload}
+            )
+            ticket.charge(messages=1, nbytes=dispatch_size + len(text.encode()))
             dispatch = await self.mail.deliver_system(
                 tx,
                 agent.id,
                 "task-dispatch",
-                f"Task from {parent_name}: {spec.prompt.strip().splitlines()[0][:120]}",
+                subject,
                 spec.prompt,
-                {
-                    "prompt": spec.prompt,
-                    "inherited_context": inherited,
-                    "expected_artifacts": list(spec.expected_artifacts),
-                    "worker_id": child.id,
-                    "parent_worker_id": parent.id,
-                    "purpose": spec.purpose,
-                },
+                payload,
                 session_id=session.id,
                 from_id=parent.id,
             )
@@ -619,17 +661,10 @@ class Workers:
                 span_id=parent.span_id,
             )
             self.publish(tx, child)
-            text = wk.dispatch_text(
-                parent_name=parent_name,
-                prompt=spec.prompt,
-                purpose=spec.purpose,
-                inherited_context=inherited,
-                expected_artifacts=spec.expected_artifacts,
-            )
             await self.trigger(tx, child, text, metadata={"dispatch_message_id": dispatch.id})
             return await self.load(tx, child.id)
 
-        return await self.ctx.store.write(job)
+        return await worker_limits.charged(self, caller, job)
 
     async def _inherited(self, tx: Tx, parent: Worker) -> str:
         """The parent's recent work, bounded and quoted: what a child inherits when asked to."""

@@ -96,7 +96,8 @@ async def test_a_link_binds_to_the_human_who_asked_and_commands_use_their_rights
     root, post = await chat.start_worker()
 
     assert "'maple'" in await chat.link(maple, MAPLE, thread_id=post.id)
-    # Maple is not the operator and not in this worker's tree: the service refuses, and says so.
+    # Maple is not the operator and not in this worker's tree: the service refuses as a read of
+    # the worker would, as missing.
     refused = await chat.slash("spawn-child", post.id, MAPLE, prompt="Check the parser")
-    assert refused.startswith("Refused (worker_forbidden)")
+    assert refused.startswith("Refused (worker_not_found)")
     assert (await hub.workers.get(operator, root.id)).children_worker_ids == []

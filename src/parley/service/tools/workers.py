@@ -31,9 +31,10 @@ else the worker of the turn you are in, else your main worker. agent_id runs it 
 parent's agent; another agent must accept channels from you). The child's summary comes back \
 to the parent's session as a task-result mail; one over {wk.DEFAULT_RESULT_BUDGET_TOKENS} \
 tokens is stored as an artifact and the parent gets its id (read_artifact). block_parent: the \
-result wakes the parent. independent: cancelling the parent does not stop it. Refused: \
-worker_forbidden (only the parent's agent, whoever controls it, the operator), worker_finished, \
-membership_consent_required."""
+result wakes the parent. independent: cancelling the parent does not stop it. Counts against \
+your send quota (quota_exceeded). Refused: worker_not_found (a parent you may not see), \
+worker_too_deep (a child too far below its root), worker_too_many_children (the parent has as \
+many unfinished children as allowed), worker_finished, membership_consent_required."""
 
 REPORT_RESULT = f"""\
 Finish a child task: the worker completes (success) or fails, and its parent gets a \
@@ -42,30 +43,31 @@ same, with your text as the summary; use this to attach artifacts or report fail
 worker_id: default the worker of your turn, else your only unfinished child worker. Keep the \
 summary short: over {wk.DEFAULT_RESULT_BUDGET_TOKENS} tokens it is stored as an artifact and the \
 parent gets a reference. The task's turn ends here: nothing after it is posted. Refused: \
-worker_required, worker_forbidden (not your worker), not_a_child (a root worker: it has no \
-parent), worker_finished."""
+worker_required, worker_not_found, worker_forbidden (not your worker), not_a_child (a root \
+worker: it has no parent), worker_finished."""
 
 CANCEL_WORKER = """\
 Cancel a worker and, with propagate_to_children, its subtree, except independent children \
 (they and theirs keep running). Their turns are really stopped; force does not wait for a \
 runtime's own stop. Returns the workers cancelled (cancel_propagated_from: whose cancel \
-reached each); the parent of the top one gets a failed task-result. Refused: worker_forbidden \
-(only the operator and the worker's parent: whoever started or spawned it, or an ancestor's \
-agent), worker_finished."""
+reached each); the parent of the top one gets a failed task-result. Refused: worker_not_found \
+(a worker you may not see), worker_forbidden (only the operator and the worker's parent: \
+whoever started or spawned it, or an ancestor's agent), worker_finished."""
 
 TAKEOVER = f"""\
 Take over a worker you control, in one step: interrupt its running turn (interrupt_first; \
 otherwise let it finish), wait for it to end (at most timeout_s, 0-{MAX_TAKEOVER_TIMEOUT_S:g}), \
 then start its next turn with an envelope that says plainly it is a takeover of an interrupted \
 turn, with your instruction. Until that turn ends the worker is never called stale. Returns \
-message_id (the takeover mail), interrupted, timed_out, task_id. Refused: worker_forbidden, \
-worker_not_takeable (pending or ended), takeover_pending (one at a time), empty_instruction."""
+message_id (the takeover mail), interrupted, timed_out, task_id. Refused: worker_not_found, \
+worker_forbidden, worker_not_takeable (pending or ended), takeover_pending (one at a time), \
+empty_instruction."""
 
 TOPOLOGY = """\
 A session's map: the session, its workers, the child tree of their trace (each worker's \
-state), the child sessions and the session's mail. session_id: default the session of your \
-turn's worker, else of your main worker. Only for sessions you run, spawned or control \
-(session_not_found)."""
+state), the child sessions and the session's mail, as far as you may see them: a worker whose \
+parent is hidden from you is a root. session_id: default the session of your turn's worker, \
+else of your main worker. Only for sessions you run, spawned or control (session_not_found)."""
 
 WORKER_STATUS = f"""\
 One worker (worker_id), or the workers you can see (yours and those you spawned), newest \
@@ -76,8 +78,8 @@ HEARTBEAT = f"""\
 Tell the hub your worker is alive (default: every unfinished worker of yours). A running or \
 idle worker silent for longer than the stale threshold (default {wk.DEFAULT_STALE_AFTER_S:g} s) \
 becomes stale; a heartbeat makes a stale one run again. long_running: true keeps it from being \
-called stale at all, false clears that. Refused: worker_forbidden (not your worker), \
-worker_finished."""
+called stale at all, false clears that. Refused: worker_not_found, worker_forbidden (not your \
+worker), worker_finished."""
 
 READ_ARTIFACT = f"""\
 Read an artifact, e.g. a child's result summary that was over the budget (its id is in the \

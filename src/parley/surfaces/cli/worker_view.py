@@ -64,19 +64,21 @@ def worker_tree(
     focus: str | None = None,
 ) -> Tree:
     """The child tree (nested nodes with ``children``) under one labelled root; the worker
-    ``focus`` (the one asked about) is marked."""
+    ``focus`` (the one asked about) is marked. A root that has a parent (hidden from the caller,
+    or below the depth the hub nests a tree to) names it. Built without recursion: a tree may be
+    deeper than Python's stack."""
     top = Tree(Text(title, style="bold"), guide_style="dim")
-
-    def add(branch: Tree, node: Mapping[str, Any]) -> None:
+    stack: list[tuple[Tree, Mapping[str, Any], bool]] = [(top, n, True) for n in reversed(nodes)]
+    while stack:
+        branch, node, is_root = stack.pop()
         label = worker_label(node, names)
+        parent = node.get("parent_worker_id")
+        if is_root and parent:
+            label.append(f"  under {parent}", style="dim")
         if focus is not None and node.get("id") == focus:
             label.append("  ◀", style="bold")
         sub = branch.add(label)
-        for child in node.get("children") or []:
-            add(sub, child)
-
-    for node in nodes:
-        add(top, node)
+        stack.extend((sub, child, False) for child in reversed(node.get("children") or []))
     return top
 
 
@@ -85,15 +87,13 @@ def nest(workers: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     worker's fields and its ``children``. A worker whose parent is not among them is a root."""
     ordered = sorted(workers, key=lambda w: (str(w.get("created") or ""), str(w["id"])))
     ids = {str(w["id"]) for w in ordered}
-    children: dict[str | None, list[Mapping[str, Any]]] = {}
+    nodes = {str(w["id"]): {**w, "children": []} for w in ordered}
+    roots: list[dict[str, Any]] = []
     for w in ordered:
         parent = w.get("parent_worker_id")
-        children.setdefault(parent if parent in ids else None, []).append(w)
-
-    def node(w: Mapping[str, Any]) -> dict[str, Any]:
-        return {**w, "children": [node(c) for c in children.get(str(w["id"]), [])]}
-
-    return [node(w) for w in children.get(None, [])]
+        siblings = nodes[str(parent)]["children"] if parent in ids else roots
+        siblings.append(nodes[str(w["id"])])
+    return roots
 
 
 def tree_states(nodes: Iterable[Mapping[str, Any]]) -> tuple[tuple[Any, ...], ...]:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core import workers as wk
 from parley.core.errors import ParleyError
 from parley.core.events import Event
 from parley.core.identity import Principal
@@ -45,7 +46,31 @@ async def _detail(hub: Hub, viewer: Principal, worker_id: str) -> dict[str, Any]
             # The instruction is the takeover mail's; the mail service decides who reads it.
             with contextlib.suppress(ParleyError):
                 instructions[event.id] = (await hub.mail.get(viewer, message_id)).body
-    return {"worker": worker, "tree": tree, "takeovers": takeovers, "instructions": instructions}
+    return {
+        "worker": worker,
+        "tree_rows": tree_rows(tree),
+        "takeovers": takeovers,
+        "instructions": instructions,
+    }
+
+
+def tree_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A child tree as the rows ``_tree.html`` draws, parents before children: each node,
+    whether it is a root, whether the list of its children opens after it, and otherwise how
+    many lists end after its item. Flat, so that a tree of any depth draws without recursion."""
+    walked = list(wk.walk(nodes))
+    rows = []
+    for i, (node, level) in enumerate(walked):
+        after = walked[i + 1][1] if i + 1 < len(walked) else 0
+        rows.append(
+            {
+                "node": node,
+                "root": level == 0,
+                "opens": after > level,
+                "closes": max(0, level - after),
+            }
+        )
+    return rows
 
 
 @router.get("/workers", response_class=HTMLResponse)

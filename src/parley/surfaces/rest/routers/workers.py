@@ -76,7 +76,9 @@ class HeartbeatRequest(BaseModel):
 
 
 class WorkerNode(BaseModel):
-    """One worker of a child tree, with its children."""
+    """One worker of a child tree, with its children. A tree nests at most as deep as the hub's
+    worker_max_depth: a worker below that is a root of its own, and so is one whose parent the
+    caller may not see; ``parent_worker_id`` says where such a root belongs."""
 
     id: str
     agent_id: str
@@ -84,6 +86,7 @@ class WorkerNode(BaseModel):
     state: str
     independent: bool
     cancel_propagated_from: str | None
+    parent_worker_id: str | None
     children: list[WorkerNode]
 
 
@@ -218,7 +221,8 @@ async def report_result(worker_id: str, body: ResultSpec, caller: Caller, hub: H
 
 @router.get("/v1/workers/{worker_id}/tree", response_model=list[WorkerNode])
 async def tree(worker_id: str, caller: Caller, hub: HubDep) -> list[WorkerNode]:
-    """The worker's trace as a child tree: every worker that shares its trace id."""
+    """The worker's trace as a child tree: every worker that shares its trace id and that the
+    caller may see."""
     return [WorkerNode.model_validate(n) for n in await hub.workers.tree(caller, worker_id)]
 
 
@@ -257,7 +261,7 @@ async def worker_stream(
         data = {
             "worker_id": root.id,
             "workers": [x.model_dump(mode="json") for x in ordered],
-            "tree": wk.topology(ordered),
+            "tree": wk.topology(ordered, nesting=hub.settings.worker_max_depth),
         }
         return BackfillPage([SseItem(next_id(), "tree", data)], more=False)
 
