@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import Integer, String, any_, bindparam, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -18,9 +19,11 @@ from parley.adapters.store import schema as s
 from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
 from parley.adapters.store.sql import _PRINCIPALS, RECORD_TABLES, Notifications, Rows, SqlTx
-from parley.adapters.store.sql_store import SqlStore
+from parley.adapters.store.sql_store import SqlStore, sqlstate
 from parley.core.errors import StorageError
 
+# SQLSTATE disk_full: the server could not extend a file (``could not extend file``).
+_DISK_FULL = "53100"
 # Any constant works; it only has to be the same for every hub migrating this database.
 _MIGRATION_LOCK = 0x70617231
 # A write transaction's start, in one round trip; a batch of several jobs waits at most this
@@ -113,6 +116,8 @@ class PostgresStore(SqlStore):
             raise
         except Exception as exc:
             await self.close()
+            if self.disk_full(exc):
+                raise self.full_error("opening") from exc
             raise StorageError(f"could not open the PostgreSQL store: {exc}") from exc
 
     async def insert_rows(
@@ -226,6 +231,13 @@ class PostgresStore(SqlStore):
 
     def lock_row(self, stmt: Any) -> Any:
         return stmt.with_for_update()
+
+    def disk_full(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == _DISK_FULL
+
+    def where(self) -> str:
+        parts = urlsplit(self.url)
+        return f"PostgreSQL {parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
 
     async def mark_alive(self, owner: str) -> None:
         """Hold a session advisory lock named after the hub on a connection of its own: the
