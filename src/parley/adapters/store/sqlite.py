@@ -169,6 +169,7 @@ class SqliteStore(SqlStore):
                 raise self.full_error("opening") from exc
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
         try:
+            self._check_ours()
             # SQLite gives a new WAL and shared-memory file the mode of the database file, so a
             # database created 0600 keeps every later WAL file private too; files an older
             # parley left open to others are restricted here.
@@ -188,6 +189,27 @@ class SqliteStore(SqlStore):
             if self.disk_full(exc) or _no_space(exc):
                 raise self.full_error("opening") from exc
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
+
+    def _check_ours(self) -> None:
+        """Refuse a database file that another application made (``migrate.check_ours``),
+        read-only and before anything touches it: the writer's WAL mode would persist in it,
+        and parley restricts its own files' modes."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+            ).fetchall()
+        finally:
+            conn.close()
+        migrate.check_ours(
+            {str(name) for (name,) in rows},
+            f"the SQLite database {str(self.path)!r}",
+            "Give parley a file of its own: another data root (--home, PARLEY_HOME) or "
+            "PARLEY_DATABASE_URL=sqlite:///<path>.",
+        )
 
     async def close(self) -> None:
         if self._checkpointer is not None:
