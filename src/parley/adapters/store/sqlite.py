@@ -192,11 +192,12 @@ class SqliteStore(SqlStore):
 
     def _check_ours(self) -> None:
         """Refuse a database file that another application made (``migrate.check_ours``),
-        read-only and before anything touches it: the writer's WAL mode would persist in it,
-        and parley restricts its own files' modes."""
+        before parley changes anything in it: the writer's WAL mode would persist in it, and
+        parley restricts its own files' modes. The look is a plain read, which recovers a WAL
+        a crash left as any reader does (a read-only connection may not)."""
         if not self.path.exists() or self.path.stat().st_size == 0:
             return
-        conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(self.path)
         try:
             rows = conn.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
