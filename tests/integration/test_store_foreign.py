@@ -16,12 +16,14 @@ import pytest
 from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.bootstrap import build_hub
 from parley.config import Settings
-from parley.core.errors import ForeignDatabase
+from parley.core.errors import ForeignDatabase, StorageError
+from parley.core.ids import new_ulid
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.service.mail import SendRequest, inbox_topic
 from parley.testing import FakeClock
+from tests.conftest import PG_ADMIN_URL
 
 ORDERS = [(1, "42 chairs"), (2, "3 tables")]
 
@@ -195,3 +197,39 @@ async def share_one_database(one: Hub, two: Hub) -> None:
         await heard.close()
     inbox = await two.mail.inbox_page(operators[1], "alice", InboxFilter(limit=100))
     assert [m.subject for m in inbox.rows] == ["from two"]
+
+
+async def test_a_schema_an_administrator_made_serves_a_role_that_may_not_create_schemas(
+    postgres_only: None, settings: Settings, database_url: str, clock: FakeClock
+) -> None:
+    role = f"parley_r_{new_ulid().lower()}"
+    admin = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+    finally:
+        await admin.close()
+    try:
+        await an_orders_app(database_url)
+        await foreign_tables(database_url, f"CREATE SCHEMA parley_own AUTHORIZATION {role}")
+        as_role = database_url.replace("://postgres@", f"://{role}@", 1)
+        assert as_role != database_url
+        # A schema it may not create: refused with the server's reason, not a later error.
+        hub = build_hub(
+            settings.model_copy(update={"database_url": as_role, "db_schema": "missing"}),
+            clock=clock,
+        )
+        with pytest.raises(StorageError, match="permission denied"):
+            await hub.start(background=False)
+        await hub.stop()
+        hub = await start(
+            settings.model_copy(update={"database_url": as_role, "db_schema": "parley_own"}), clock
+        )
+        await hub.stop()
+        assert "principals" in await tables(database_url, "parley_own")
+    finally:
+        await foreign_tables(database_url, f"DROP OWNED BY {role}")
+        admin = await asyncpg.connect(PG_ADMIN_URL)
+        try:
+            await admin.execute(f"DROP ROLE {role}")
+        finally:
+            await admin.close()

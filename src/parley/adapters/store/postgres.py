@@ -163,6 +163,9 @@ class PostgresStore(SqlStore):
                     await conn.run_sync(migrate.upgrade)
                     await conn.commit()
                 finally:
+                    # A failed step's transaction ends first: in it the unlock would fail too,
+                    # and its error hide the step's (the lock is the session's, kept).
+                    await conn.rollback()
                     await conn.execute(text(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})"))
                     await conn.commit()
         except StorageError:
@@ -180,8 +183,13 @@ class PostgresStore(SqlStore):
         if self._schema_given:
             path = (await conn.execute(text("SHOW search_path"))).scalar_one()
             first = _unquoted(str(path).split(",")[0].strip())
-            if first and first != "$user":
-                await conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {_quoted(first)}"))
+            # Looked up first: CREATE SCHEMA IF NOT EXISTS asks for the right to create
+            # schemas even when the schema exists (one an administrator made, say).
+            found = await conn.execute(
+                text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": first}
+            )
+            if first and first != "$user" and found.first() is None:
+                await conn.execute(text(f"CREATE SCHEMA {_quoted(first)}"))
         schema = (await conn.execute(text("SELECT current_schema()"))).scalar()
         if schema is None:
             raise StorageError(
