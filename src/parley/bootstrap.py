@@ -22,12 +22,18 @@ if TYPE_CHECKING:
 def build_store(settings: Settings) -> Store:
     url = settings.resolved_database_url()
     if url.startswith("sqlite:///"):
+        if settings.db_schema is not None:
+            raise ConfigError(
+                f"PARLEY_DB_SCHEMA={settings.db_schema!r} names a PostgreSQL schema, and the "
+                "database is SQLite; unset it, or use PostgreSQL",
+                code="invalid_config",
+            )
         return SqliteStore(Path(url[len("sqlite:///") :]), synchronous=settings.sqlite_synchronous)
     if url.startswith(("postgresql", "postgres://")):
         # Imported only for a PostgreSQL URL: its dialect and driver are start-up time (Q7).
         from parley.adapters.store.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, schema=settings.db_schema)
     raise ConfigError(
         f"database URL {url!r} is not supported; use sqlite:///<path> or postgresql://…",
         code="unsupported_database",

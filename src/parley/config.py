@@ -228,6 +228,15 @@ class Settings(BaseSettings):
         description="Link codes a human may hold at once; asking for one more replaces the "
         "oldest, which /link then answers with link_code_invalid.",
     )
+    db_schema: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_][a-z0-9_]{0,47}$",
+        description="PostgreSQL only: the schema that holds parley's tables (created if "
+        "missing; lower-case letters, digits and _), so that parley can share a database with "
+        "other applications. Unset: the connection's own (public, or the first of the "
+        "search_path the URL sets with ?options=-csearch_path=...). A database or schema "
+        "holding tables parley did not create is refused (foreign_database).",
+    )
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None

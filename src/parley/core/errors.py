@@ -13,7 +13,9 @@
     ├── OperatorError            the person running the hub must act
     │   ├── ConfigError          bad configuration
     │   ├── StorageError         the store failed (driver errors are chained)
-    │   │   └── SchemaTooNew     the database was migrated by a newer parley
+    │   │   ├── StorageFull      507 — the disk holding the store is full; nothing was written
+    │   │   ├── SchemaTooNew     the database was migrated by a newer parley
+    │   │   └── ForeignDatabase  the database holds another application's tables
     │   └── HubAlreadyRunning    another hub holds this SQLite data root
     └── RuntimeFailure           a model/agent runtime failed to produce a turn
 
@@ -128,10 +130,24 @@ class StorageError(OperatorError):
     code = "storage_error"
 
 
+class StorageFull(StorageError):
+    """The disk holding the store is full: nothing of this request was stored. Free space and
+    retry; the hub takes writes again as soon as there is room."""
+
+    code = "storage_full"
+
+
 class SchemaTooNew(StorageError):
     """The database schema is newer than this parley; upgrade parley before starting the hub."""
 
     code = "schema_too_new"
+
+
+class ForeignDatabase(StorageError):
+    """The database holds tables parley did not create; parley does not add its own beside
+    another application's."""
+
+    code = "foreign_database"
 
 
 class HubAlreadyRunning(OperatorError):

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -164,6 +164,11 @@ class Store(Protocol):
         result once committed. ``eager``: a write on a discussion's critical path may run in
         the caller's task when no other write is queued or running, where the store allows
         it (the hop to the writer is then pure latency, and there is nothing to batch)."""
+        ...
+
+    async def storage_state(self) -> Literal["ok", "full"]:
+        """``full`` while writes are refused because the disk holding the store is full
+        (``storage_full``); asked then, the store checks whether space has returned."""
         ...
 
     async def mark_alive(self, owner: str) -> None:

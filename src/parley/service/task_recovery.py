@@ -10,6 +10,11 @@ A task that had already been told to stop (superseded, cancelled, its channel cl
 ends the way it was told to, not as ``interrupted``: the crash only kept it from writing its
 own end. A task that was really cut off ends ``interrupted``, and its channel gets one note,
 however many of its tasks the crash cut off. Nothing committed is touched.
+
+The task's old driver, if it is only paused, never writes the task's end (it finds the task
+ended), so whatever hangs on that end happens in the takeover's transaction instead
+(``TaskRunner.on_taken_over``): a worker whose turn it was is ``interrupted`` there, with the
+reason, and can be resumed at once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
     from parley.service.tasks import TaskRunner
 
 STOPPED = "the hub stopped while the task ran"
+LOST_LEASE = "the hub driving it stopped renewing its lease (paused or cut off from the store)"
 
 
 async def recover(runner: TaskRunner) -> list[Task]:
@@ -87,10 +93,7 @@ async def recover(runner: TaskRunner) -> list[Task]:
                 # alone, not on the task's new flag. Its trigger no longer being the channel's
                 # latest is what refuses it then (C10's check, docs/cluster.md).
                 await tx.update("channels", task.channel_id, last_trigger_id=None)
-            p = tx.table("pending_turns").c
-            offered = await tx.select("pending_turns", p.task_id == task.id, p.status == "pending")
-            for turn in offered:
-                await tx.update("pending_turns", turn.id, status="cancelled")
+            await _withdraw_turns(tx, task.id)
             if end == "interrupted" and status == "active" and task.channel_id not in noted:
                 noted.add(task.channel_id)
                 await runner.channels.post_as_system(
@@ -109,7 +112,21 @@ async def recover(runner: TaskRunner) -> list[Task]:
                     "lease_ran_out": lease_ran_out,
                 },
             )
-            ended.append(row.model_copy(update={"status": "finished", "end_reason": end}))
+            done = row.model_copy(
+                update={"status": "finished", "end_reason": end, "error": error, "finished": now}
+            )
+            why = LOST_LEASE if lease_ran_out else "the hub stopped while it ran"
+            for callback in runner.on_taken_over:
+                await callback(tx, done, why)
+            ended.append(done)
         return ended
 
     return await ctx.store.write(job)
+
+
+async def _withdraw_turns(tx: Tx, task_id: str) -> None:
+    """Cancel the turns the task offered to remote agents and nobody has answered yet."""
+    p = tx.table("pending_turns").c
+    offered = await tx.select("pending_turns", p.task_id == task_id, p.status == "pending")
+    for turn in offered:
+        await tx.update("pending_turns", turn.id, status="cancelled")

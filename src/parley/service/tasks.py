@@ -96,6 +96,9 @@ class TaskRunner:
         # (tx, channel, task) -> Awaitable[None], in the transaction that starts the task: a
         # worker becomes running in the same commit as its turn's task.
         self.on_started: list[Callable[[Tx, Channel, Task], Awaitable[None]]] = []
+        # (tx, ended task, why) -> Awaitable[None], in the transaction of a takeover that ended
+        # another hub's task (task_recovery): a worker's turn ends in the same commit.
+        self.on_taken_over: list[Callable[[Tx, Task, str], Awaitable[None]]] = []
         # Told, in the trigger's transaction, of a trigger for an agent without a runtime.
         self.notify_idle_agent: (
             Callable[[Tx, Principal, ChannelMessage], Awaitable[None]] | None

@@ -110,6 +110,7 @@ class Workers:
         self.hub_id = hub_id
         tasks.on_started.append(self.on_task_started)
         tasks.on_finished.append(self.on_task_finished)
+        tasks.on_taken_over.append(self.on_task_taken_over)
         # Turns whose worker a cancel already ended (KILLED is final): when they stop there is
         # nothing left to move, so their end skips a write; a tree of 100 stops 100 at once.
         self.killed_turns: set[str] = set()
@@ -331,7 +332,14 @@ class Workers:
         elif task.mode == "wake":
             await self.ctx.store.write(lambda tx: self._turn_finished(tx, task))
 
-    async def _turn_finished(self, tx: Tx, task: Task) -> None:
+    async def on_task_taken_over(self, tx: Tx, task: Task, why: str) -> None:
+        """Another hub's turn was ended by a takeover in ``tx`` (its hub died, or stopped
+        renewing its lease while alive, paused say): the worker's turn ends with it, here,
+        since the hub that drove it writes nothing more of it."""
+        if task.mode == "wake":
+            await self._turn_finished(tx, task, why=why)
+
+    async def _turn_finished(self, tx: Tx, task: Task, why: str | None = None) -> None:
         w = tx.table("workers").c
         rows: list[Worker] = await tx.select(
             "workers", w.channel_id == task.channel_id, w.task_id == task.id, limit=1
@@ -371,8 +379,9 @@ class Workers:
                     tx, worker, "idle", actor="system", reason=f"turn failed: {error}"[:300]
                 )
         elif end in ("cancelled", "interrupted"):
+            reason = f"turn {end}" + (f": {why}" if why and end == "interrupted" else "")
             await self.move(
-                tx, worker, "interrupted", actor="system", reason=f"turn {end}", last_heartbeat=now
+                tx, worker, "interrupted", actor="system", reason=reason, last_heartbeat=now
             )
         elif end in ("deleted", "closed"):
             await self.move(tx, worker, "killed", actor="system", reason=f"channel {end}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -92,6 +93,16 @@ class PostgresBus:
             self._keeper = asyncio.create_task(self._keep_listening(), name="parley-bus-listen")
         await self._connected.wait()
 
+    @property
+    def channel(self) -> str:
+        """The channel of the hubs that share this store's schema (known once it is open):
+        notifications are database-wide, and parleys in two schemas of one database must not
+        hear each other's."""
+        schema = self.store.schema
+        if schema == "public":
+            return CHANNEL
+        return f"{CHANNEL}_{hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()}"
+
     # -- publishing ------------------------------------------------------------------------------
     def _payload(self, topic: str, data: dict[str, Any]) -> str:
         # "<topic>\n<origin>:<n>\n<json>": a hub decodes only what some subscriber of it
@@ -106,13 +117,14 @@ class PostgresBus:
     def publish_on_commit(self, tx: Tx, topic: str, data: dict[str, Any]) -> None:
         assert isinstance(tx, SqlTx)
         # Sent with the transaction's last statement, with its buffered inserts (PostgresStore).
-        tx.notify_on_commit(CHANNEL, self._payload(topic, data))
+        tx.notify_on_commit(self.channel, self._payload(topic, data))
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
         """Publish outside any transaction (e.g. a notice about something already committed)."""
         assert self.store.engine is not None
         async with self.store.engine.begin() as conn:
-            await conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": self._payload(topic, data)})
+            payload = self._payload(topic, data)
+            await conn.execute(_NOTIFY, {"channel": self.channel, "payload": payload})
 
     # -- subscribing -----------------------------------------------------------------------------
     def subscribe(self, topics: Iterable[str]) -> MemorySubscription:
@@ -154,7 +166,7 @@ class PostgresBus:
     async def _listen_once(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(asyncpg_dsn(self.store.url))
         conn.add_termination_listener(lambda _c: self._lost.set())
-        await conn.add_listener(CHANNEL, self._on_notification)
+        await conn.add_listener(self.channel, self._on_notification)
         return conn
 
     async def _keep_listening(self) -> None:

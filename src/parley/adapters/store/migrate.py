@@ -1,4 +1,12 @@
-"""Run Alembic migrations on start, refusing a database whose schema is newer than this code."""
+"""Run Alembic migrations on start, refusing a database whose schema is newer than this code, and
+one that another application made (``check_ours``).
+
+A database is parley's when it is empty (parley then creates its tables), or when it holds
+Alembic's version table and the tables parley has had since its first migration. Anything else
+is another application's: parley does not add its tables beside them. On PostgreSQL "the
+database" is the schema parley uses (``PARLEY_DB_SCHEMA``, or the first of the URL's
+``search_path``), which is how parley shares a database with other applications.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,28 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from parley.core.errors import SchemaTooNew
+from parley.core.errors import ForeignDatabase, SchemaTooNew
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+VERSION_TABLE = "alembic_version"
+PARLEY_TABLES = frozenset({"principals", "tokens", "messages", "channels", "events"})
+"""Tables every parley database has had since its first migration (0001)."""
+SHOWN = 5
+
+
+def check_ours(tables: set[str], where: str, advice: str) -> None:
+    """Raise ForeignDatabase unless ``tables`` (the tables and views the database holds) are
+    none, or parley's own; ``advice`` says where else parley may go."""
+    if not tables or (VERSION_TABLE in tables and tables >= PARLEY_TABLES):
+        return
+    names = sorted(tables)
+    shown = ", ".join(repr(n) for n in names[:SHOWN])
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    raise ForeignDatabase(
+        f"{where} holds tables parley did not create ({shown}{more}): it belongs to another "
+        f"application, and parley does not add its tables beside another's. {advice}",
+        tables=names[:SHOWN],
+    )
 
 
 def _config(connection: Connection | None = None) -> Config:

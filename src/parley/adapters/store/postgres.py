@@ -7,8 +7,9 @@ import hashlib
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
-from sqlalchemy import Integer, String, any_, bindparam, text, update
+from sqlalchemy import Integer, String, any_, bindparam, make_url, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -18,9 +19,11 @@ from parley.adapters.store import schema as s
 from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
 from parley.adapters.store.postgres_direct import DirectPostgres
 from parley.adapters.store.sql import _PRINCIPALS, RECORD_TABLES, Notifications, Rows, SqlTx
-from parley.adapters.store.sql_store import SqlStore
-from parley.core.errors import StorageError
+from parley.adapters.store.sql_store import SqlStore, sqlstate
+from parley.core.errors import ConfigError, StorageError
 
+# SQLSTATE disk_full: the server could not extend a file (``could not extend file``).
+_DISK_FULL = "53100"
 # Any constant works; it only has to be the same for every hub migrating this database.
 _MIGRATION_LOCK = 0x70617231
 # A write transaction's start, in one round trip; a batch of several jobs waits at most this
@@ -68,6 +71,27 @@ def _liveness_key(owner: str) -> int:
     return int.from_bytes(hashlib.blake2b(owner.encode(), digest_size=4).digest(), signed=True)
 
 
+# The tables and views of the connection's current schema, less those an extension owns
+# (PostGIS's spatial_ref_sys, say): what decides whether the schema is parley's.
+_OWN_TABLES = text(
+    "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+    " AND NOT EXISTS (SELECT 1 FROM pg_depend AS d WHERE d.classid = 'pg_class'::regclass"
+    " AND d.objid = c.oid AND d.deptype = 'e')"
+)
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _unquoted(name: str) -> str:
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        return name[1:-1].replace('""', '"')
+    return name
+
+
 def async_url(url: str) -> str:
     """Normalise a PostgreSQL URL to the asyncpg driver."""
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
@@ -94,18 +118,54 @@ class PostgresStore(SqlStore):
     # directly (off: all through SQLAlchemy, as the equivalence tests compare).
     direct_statements = True
 
+    def __init__(self, url: str, *, schema: str | None = None) -> None:
+        """``schema``: the PostgreSQL schema that holds parley's tables (created if missing;
+        ``PARLEY_DB_SCHEMA``), instead of the connection's first (``public``, or the first of
+        the ``search_path`` the URL sets with ``?options=-csearch_path=…``)."""
+        super().__init__(url)
+        self._url = make_url(async_url(url))
+        # libpq's ``options`` (``-c name=value …``) go to the server as asyncpg's startup
+        # options; SQLAlchemy would hand the parameter to asyncpg's connect(), which has none.
+        options = self._url.query.get("options")
+        if isinstance(options, tuple):
+            raise ConfigError(f"the database URL sets options {len(options)} times; set it once")
+        self._settings: dict[str, str] = {}
+        if options:
+            self._settings["options"] = options
+            self._url = self._url.difference_update_query(["options"])
+        if schema is not None:
+            if "search_path" in (options or ""):
+                raise ConfigError(
+                    f"PARLEY_DB_SCHEMA={schema!r} and the database URL's search_path both say "
+                    "where parley's tables go; keep one of them",
+                    code="invalid_config",
+                )
+            self._settings["search_path"] = _quoted(schema)
+        # Whether parley was told which schema is its own (then it creates it if missing).
+        self._schema_given = schema is not None or "search_path" in (options or "")
+        self.schema = "public"
+
     async def open(self) -> None:
         try:
-            self.engine = create_async_engine(async_url(self.url), pool_size=10, max_overflow=10)
+            self.engine = create_async_engine(
+                self._url,
+                pool_size=10,
+                max_overflow=10,
+                connect_args={"server_settings": self._settings},
+            )
             # The writer begins and ends its transactions itself (``_write_transaction``).
             self._write_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             async with self.engine.connect() as conn:
                 # Several hubs may start at once; one migrates, the others wait and find head.
                 await conn.execute(text(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})"))
                 try:
+                    await self._take_schema(conn)
                     await conn.run_sync(migrate.upgrade)
                     await conn.commit()
                 finally:
+                    # A failed step's transaction ends first: in it the unlock would fail too,
+                    # and its error hide the step's (the lock is the session's, kept).
+                    await conn.rollback()
                     await conn.execute(text(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})"))
                     await conn.commit()
         except StorageError:
@@ -113,7 +173,37 @@ class PostgresStore(SqlStore):
             raise
         except Exception as exc:
             await self.close()
+            if self.disk_full(exc):
+                raise self.full_error("opening") from exc
             raise StorageError(f"could not open the PostgreSQL store: {exc}") from exc
+
+    async def _take_schema(self, conn: AsyncConnection) -> None:
+        """Create the schema parley was given if it is missing, and refuse it if another
+        application's tables are in it (``migrate.check_ours``)."""
+        if self._schema_given:
+            path = (await conn.execute(text("SHOW search_path"))).scalar_one()
+            first = _unquoted(str(path).split(",")[0].strip())
+            # Looked up first: CREATE SCHEMA IF NOT EXISTS asks for the right to create
+            # schemas even when the schema exists (one an administrator made, say).
+            found = await conn.execute(
+                text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": first}
+            )
+            if first and first != "$user" and found.first() is None:
+                await conn.execute(text(f"CREATE SCHEMA {_quoted(first)}"))
+        schema = (await conn.execute(text("SELECT current_schema()"))).scalar()
+        if schema is None:
+            raise StorageError(
+                "the database's search_path names no schema that exists, so parley has nowhere "
+                "to put its tables; set PARLEY_DB_SCHEMA to give it one"
+            )
+        self.schema = str(schema)
+        rows = await conn.execute(_OWN_TABLES)
+        migrate.check_ours(
+            {str(name) for (name,) in rows},
+            f"{self.where()}",
+            "Point PARLEY_DATABASE_URL at an empty database, or give parley a schema of its own "
+            "in this one with PARLEY_DB_SCHEMA.",
+        )
 
     async def insert_rows(
         self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
@@ -226,6 +316,14 @@ class PostgresStore(SqlStore):
 
     def lock_row(self, stmt: Any) -> Any:
         return stmt.with_for_update()
+
+    def disk_full(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == _DISK_FULL
+
+    def where(self) -> str:
+        parts = urlsplit(self.url)
+        where = f"PostgreSQL {parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+        return where if self.schema == "public" else f"{where}, schema {self.schema!r}"
 
     async def mark_alive(self, owner: str) -> None:
         """Hold a session advisory lock named after the hub on a connection of its own: the

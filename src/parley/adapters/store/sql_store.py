@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -29,16 +31,30 @@ from parley.adapters.store.sql import (
     SqlTx,
     T,
 )
-from parley.core.errors import ParleyError, StorageError
+from parley.core.errors import ParleyError, StorageError, StorageFull
+from parley.core.events import Event
+from parley.core.ids import new_ulid
 
 TRANSIENT_RETRIES = 3
 _TRANSIENT_STATES = {"40P01", "40001"}  # deadlock_detected, serialization_failure
 
+log = logging.getLogger("parley.store")
+PROBE_BYTES = 64 * 1024
+"""The size of the write that checks whether a full disk has room again: more than any of
+the hub's usual writes (a mail, a post, a turn) needs."""
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a PostgreSQL error raised through SQLAlchemy (or by the driver)."""
+    for err in (getattr(exc, "orig", None), exc):
+        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if isinstance(state, str):
+            return state
+    return None
+
 
 def _transient(exc: BaseException) -> bool:
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return state in _TRANSIENT_STATES or "deadlock detected" in str(exc)
+    return sqlstate(exc) in _TRANSIENT_STATES or "deadlock detected" in str(exc)
 
 
 class SqlStore:
@@ -64,8 +80,20 @@ class SqlStore:
         # Told the number of jobs of each committed batch (the hub's metrics).
         self.on_batch: Callable[[int], None] | None = None
         self._locked_gets: dict[str, Any] = {}
+        # Whether a write was refused for lack of disk space since a write that needs room
+        # (``_probe_space``) last committed; how many were.
+        self.full = False
+        self._refused_full = 0
 
     # -- dialect hooks ----------------------------------------------------------------------
+    def disk_full(self, exc: BaseException) -> bool:
+        """Whether a driver error says the disk holding the database is full."""
+        return False
+
+    def where(self) -> str:
+        """Where the data lives, for messages (never with a password)."""
+        return self.dialect
+
     def lock_row(self, stmt: Any) -> Any:
         return stmt
 
@@ -147,6 +175,8 @@ class SqlStore:
             async with self.engine.connect() as conn:
                 yield SqlTx(conn, self)
         except (SQLAlchemyError, DBAPIError) as exc:
+            if self.disk_full(exc):
+                raise self.full_error("reading from") from exc
             raise StorageError(f"reading from the store failed: {exc}") from exc
 
     async def write(self, job: Job[T], *, eager: bool = False) -> T:
@@ -207,6 +237,15 @@ class SqlStore:
         except Exception as exc:
             if len(batch) > 1 or (not final and _transient(exc)):
                 return False
+            if self.disk_full(exc):
+                if not self.full:
+                    log.error(
+                        "the store's disk is full (%s); writes are refused until it has room: %s",
+                        self.where(),
+                        exc,
+                    )
+                self.full = True
+                self._refused_full += 1
             _, fut = batch[0]
             if not fut.done():
                 fut.set_exception(self._wrap(exc))
@@ -222,19 +261,65 @@ class SqlStore:
                 if outcome is not None:
                     await outcome
             except Exception:  # a failed publish never undoes a commit (C10 publish_failed)
-                import logging
-
-                logging.getLogger("parley.store").exception("after-commit callback failed")
+                log.exception("after-commit callback failed")
         return True
+
+    def full_error(self, doing: str) -> StorageFull:
+        return StorageFull(
+            f"{doing} the store failed: the disk holding it is full ({self.where()}). Nothing "
+            "of this request was stored; free space there and retry: the hub takes writes "
+            "again as soon as there is room, without a restart.",
+            where=self.where(),
+        )
 
     def _wrap(self, exc: BaseException) -> BaseException:
         if isinstance(exc, ParleyError):
             return exc
+        if self.disk_full(exc):
+            full = self.full_error("writing to")
+            full.__cause__ = exc
+            return full
         if isinstance(exc, (SQLAlchemyError, DBAPIError)):
             err = StorageError(f"writing to the store failed: {exc.__class__.__name__}: {exc}")
             err.__cause__ = exc
             return err
         return exc
+
+    async def _probe_space(self, tx: SqlTx) -> None:
+        """Insert a row of ``PROBE_BYTES`` that does not compress, and delete it again before
+        the commit: the transaction needs room on the disk as a write of that size does, and
+        nobody ever sees the row."""
+        probe = Event(
+            id=f"probe-{new_ulid()}",
+            type="store.probe",
+            time=datetime.now(UTC),
+            actor="system",
+            subject="store",
+            payload={"fill": secrets.token_hex(PROBE_BYTES // 2)},
+        )
+        tx.insert("events", probe)
+        await tx.flush()
+        await tx.delete("events", probe.id)
+
+    async def storage_state(self) -> Literal["ok", "full"]:
+        """``ok``, or ``full`` from the moment a write is refused for lack of disk space until
+        a write that needs room (``_probe_space``, tried at each call meanwhile) commits. A
+        nearly full disk may still take small writes: it stays ``full`` until it has room.
+        Writes are tried all along, so each is taken as soon as it fits."""
+        if not self.full:
+            return "ok"
+        refused = self._refused_full
+        try:
+            await self.write(self._probe_space)
+        except StorageFull:
+            return "full"
+        except Exception:  # another failure says nothing about the disk
+            log.exception("the storage probe failed")
+            return "full"
+        if self._refused_full == refused:  # none refused while the probe ran
+            log.warning("the store has room again (%s)", self.where())
+            self.full = False
+        return "full" if self.full else "ok"
 
     @contextlib.asynccontextmanager
     async def _write_transaction(

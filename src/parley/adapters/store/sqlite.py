@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import functools
 import logging
@@ -39,6 +40,10 @@ from parley.private_files import PRIVATE_DIR, PRIVATE_FILE, restrict, touch_priv
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_S = 1.0
+# SQLite's result codes for a full disk: SQLITE_FULL (whose extended codes keep it in the low
+# byte), and SQLITE_IOERR_SHMSIZE, an open that could not grow the WAL index (``-shm``) file.
+_SQLITE_FULL = 13
+_SQLITE_IOERR_SHMSIZE = 4874
 
 log = logging.getLogger("parley.store")
 
@@ -87,6 +92,11 @@ def _engine(path: Path, *, writer: bool, synchronous: str) -> AsyncEngine:
     return engine
 
 
+def _no_space(exc: BaseException) -> bool:
+    """Whether a file of the store could not be written for lack of space (``ENOSPC``)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 class SqliteStore(SqlStore):
     """SQLite store with one writer connection and a small pool of readers."""
 
@@ -110,6 +120,17 @@ class SqliteStore(SqlStore):
         self.direct_statements = True
         self._direct: DirectSqlite | None = None
 
+    def disk_full(self, exc: BaseException) -> bool:
+        for err in (getattr(exc, "orig", None), exc, exc.__cause__):
+            if isinstance(err, sqlite3.Error):
+                code = getattr(err, "sqlite_errorcode", None)
+                if isinstance(code, int):
+                    return code & 0xFF == _SQLITE_FULL or code == _SQLITE_IOERR_SHMSIZE
+        return False
+
+    def where(self) -> str:
+        return str(self.path)
+
     def _files(self) -> list[Path]:
         """The database file and the files SQLite and this store keep beside it."""
         return [self.path.with_name(self.path.name + end) for end in ("", "-wal", "-shm", ".lock")]
@@ -129,16 +150,26 @@ class SqliteStore(SqlStore):
                 data_root=str(self.path.parent),
                 pid=holder,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError:
+            os.close(fd)  # and with it the lock
+            raise
         self._lock_fd = fd
 
     async def open(self) -> None:
         # A directory made here is private; an existing one is the data root (restricted at
         # build time) or a place the operator chose for the database.
-        self.path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-        self._acquire_lock()
         try:
+            self.path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+            self._acquire_lock()
+        except OSError as exc:
+            if _no_space(exc):
+                raise self.full_error("opening") from exc
+            raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
+        try:
+            self._check_ours()
             # SQLite gives a new WAL and shared-memory file the mode of the database file, so a
             # database created 0600 keeps every later WAL file private too; files an older
             # parley left open to others are restricted here.
@@ -155,7 +186,31 @@ class SqliteStore(SqlStore):
             await self.close()
             if isinstance(exc, StorageError):
                 raise
+            if self.disk_full(exc) or _no_space(exc):
+                raise self.full_error("opening") from exc
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
+
+    def _check_ours(self) -> None:
+        """Refuse a database file that another application made (``migrate.check_ours``),
+        before parley changes anything in it: the writer's WAL mode would persist in it, and
+        parley restricts its own files' modes. The look is a plain read, which recovers a WAL
+        a crash left as any reader does (a read-only connection may not)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        conn = sqlite3.connect(self.path)
+        try:
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+            ).fetchall()
+        finally:
+            conn.close()
+        migrate.check_ours(
+            {str(name) for (name,) in rows},
+            f"the SQLite database {str(self.path)!r}",
+            "Give parley a file of its own: another data root (--home, PARLEY_HOME) or "
+            "PARLEY_DATABASE_URL=sqlite:///<path>.",
+        )
 
     async def close(self) -> None:
         if self._checkpointer is not None:
@@ -228,8 +283,12 @@ class SqliteStore(SqlStore):
         # overhead each. A statement SQLAlchemy runs inside starts its own transaction object
         # (the begin listener sees SQLite's transaction open), which then ends this one.
         if not self.direct_statements:
-            async with super()._write_transaction(conn, batch=batch) as tx:
-                yield tx
+            try:
+                async with super()._write_transaction(conn, batch=batch) as tx:
+                    yield tx
+            except BaseException:
+                await self._roll_back(conn, self._driver(conn))
+                raise
             return
         raw = self._driver(conn)
         # A replaced writer connection gets a runner of its own.
@@ -241,18 +300,29 @@ class SqliteStore(SqlStore):
             raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
         try:
             yield SqlTx(conn, self, self._direct)
-        except BaseException:
+            # SQLAlchemy's transaction commits the sqlite3 connection's; then nothing is left.
             if conn.in_transaction():
-                await conn.rollback()
-            raw.rollback()
+                await conn.commit()
+            try:
+                raw.commit()
+            except sqlite3.Error as exc:
+                raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
+        except BaseException:
+            await self._roll_back(conn, raw)
             raise
-        if conn.in_transaction():
-            await conn.commit()
+
+    async def _roll_back(self, conn: AsyncConnection, raw: sqlite3.Connection) -> None:
+        """End a failed write transaction on both layers. SQLAlchemy keeps a transaction whose
+        commit failed (a full disk) until it is rolled back, and refuses every later statement
+        on the connection meanwhile (``PendingRollbackError``): the writer would be wedged
+        until a restart. A connection that cannot be rolled back is dropped and replaced."""
         try:
-            raw.commit()
-        except sqlite3.Error as exc:
+            await conn.rollback()
             raw.rollback()
-            raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
+        except Exception:
+            log.exception("the writer's connection could not be rolled back; it is replaced")
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
 
     async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
         # This process is the only writer of the file (see the lock above), so the inbox

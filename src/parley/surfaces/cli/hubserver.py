@@ -8,6 +8,8 @@ stack is not loaded for client commands.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import socket
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -17,7 +19,7 @@ from rich.text import Text
 
 from parley.bootstrap import build_discord_bridge, build_hub
 from parley.config import Settings, operator_token_path, write_hub_info, write_operator_token
-from parley.core.errors import ParleyError
+from parley.core.errors import ParleyError, StorageError, StorageFull
 from parley.heap import settle_heap
 from parley.service.hub import Hub
 from parley.surfaces.cli.output import console, print_error
@@ -68,6 +70,24 @@ def describe_database(settings: Settings) -> str:
     return f"PostgreSQL {where}"
 
 
+def file_error(exc: OSError) -> StorageError:
+    """A file the hub could not write at start (``hub.json``, the operator token, the data
+    root itself) as a refusal with a code, instead of a traceback."""
+    path = str(exc.filename or "the data root")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(
+            f"could not write {path!r}: the disk holding it is full ({exc.strerror}); "
+            "free space there and start the hub again",
+            path=path,
+        )
+    return StorageError(
+        f"could not write {path!r}: {exc.strerror}; the data root must be writable by the "
+        "user running the hub (choose another with --home or PARLEY_HOME)",
+        code="data_root_unwritable",
+        path=path,
+    )
+
+
 class HubServer(uvicorn.Server):
     """A uvicorn server that announces the hub once it listens."""
 
@@ -75,11 +95,18 @@ class HubServer(uvicorn.Server):
         super().__init__(config)
         self.hub = hub
         self.first_start = first_start
+        # Why the hub stopped serving as soon as it started, if it did.
+        self.failure: ParleyError | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            self.announce()
+            try:
+                self.announce()
+            except OSError as exc:
+                # Without hub.json no client on this machine finds the hub: stop at once.
+                self.failure = file_error(exc)
+                self.should_exit = True
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -128,11 +155,16 @@ async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) 
     configured, redaction included, by ``parley serve`` before this runs. The Discord bridge
     runs when asked (``--discord``) or configured, and is not imported otherwise."""
     bridge: Bridge | None = None
+    hub: Hub | None = None
     try:
         hub = build_hub(settings)
         await hub.start()
-    except ParleyError as exc:
-        print_error(exc.code, exc.message)
+    except (ParleyError, OSError) as exc:
+        refusal = file_error(exc) if isinstance(exc, OSError) else exc
+        print_error(refusal.code, refusal.message)
+        if hub is not None:
+            with contextlib.suppress(Exception):
+                await hub.stop()
         return 1
     if discord or settings.discord_configured:
         try:
@@ -147,7 +179,12 @@ async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) 
         home = settings.data_root()
         first_start = hub.operator_token is not None
         if hub.operator_token is not None:
-            write_operator_token(home, hub.operator_token)
+            try:
+                write_operator_token(home, hub.operator_token)
+            except OSError as exc:
+                refusal = file_error(exc)
+                print_error(refusal.code, refusal.message)
+                return 1
         config = uvicorn.Config(
             create_app(settings, hub=hub),
             host=settings.host,
@@ -170,6 +207,9 @@ async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) 
                 f"could not listen on {settings.host}:{settings.port} (see the message above); "
                 "choose another port with --port or PARLEY_PORT",
             )
+            return 1
+        if server.failure is not None:
+            print_error(server.failure.code, server.failure.message)
             return 1
     finally:
         if bridge is not None:

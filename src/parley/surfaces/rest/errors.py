@@ -26,6 +26,7 @@ STATUS: list[tuple[type[e.ParleyError], int]] = [
     (e.RateLimited, 429),
     (e.InvalidRequest, 400),
     (e.CallerError, 400),
+    (e.StorageFull, 507),
     (e.SchemaTooNew, 503),
     (e.StorageError, 503),
     (e.RuntimeFailure, 502),
@@ -103,7 +104,9 @@ async def parley_error(_: Request, exc: Exception) -> JSONResponse:
         headers["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
     if isinstance(exc, e.Unauthenticated):
         headers["WWW-Authenticate"] = bearer_challenge(exc)
-    if status >= 500:
+    # A full disk refuses every write until it has room: the store logs that once, not a
+    # traceback a request (the log may be on the full disk too).
+    if status >= 500 and not isinstance(exc, e.StorageFull):
         log.error("request failed: %s", exc, exc_info=exc)
     return _response(status, exc.to_dict(), headers)
 

@@ -20,6 +20,7 @@ class Health(BaseModel):
 class Ready(BaseModel):
     status: str
     store: str
+    storage: str = "ok"
     bus: str = "local"
     lease_sweep: str = "off"
 
@@ -32,8 +33,9 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Ready, responses={503: {"model": Ready}})
 async def readyz(hub: HubDep) -> Ready | JSONResponse:
-    """The hub is started, its store answers, its bus listens (several hubs on PostgreSQL)
-    and its lease sweep runs."""
+    """The hub is started, its store answers and has room to write (``storage``: ``full``
+    while writes are refused for lack of disk space), its bus listens (several hubs on
+    PostgreSQL) and its lease sweep runs."""
     try:
         async with hub.store.read() as tx:
             await tx.get("principals", "operator")
@@ -43,8 +45,11 @@ async def readyz(hub: HubDep) -> Ready | JSONResponse:
     # streams and long polls would hang, so it is not ready.
     bus = hub.bus.state
     sweep = hub.sweep_health()
+    storage = await hub.store.storage_state()
     status = "ready" if hub.started else "starting"
-    body = Ready(status=status, store=hub.store.dialect, bus=bus, lease_sweep=sweep)
-    if bus == "reconnecting" or sweep == "late":
+    body = Ready(
+        status=status, store=hub.store.dialect, storage=storage, bus=bus, lease_sweep=sweep
+    )
+    if bus == "reconnecting" or sweep == "late" or storage == "full":
         return JSONResponse(body.model_copy(update={"status": "degraded"}).model_dump(), 503)
     return body
