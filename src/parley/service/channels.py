@@ -10,7 +10,13 @@ from pydantic import BaseModel, Field
 
 from parley.core import consent
 from parley.core import discussion as d
-from parley.core.channels import Channel, ChannelMessage, LogicalSession, SenderKind
+from parley.core.channels import (
+    Channel,
+    ChannelMessage,
+    LogicalSession,
+    SenderKind,
+    refuse_meeting_channel,
+)
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
@@ -173,6 +179,7 @@ class Channels:
 
         async def job(tx: Tx) -> Channel:
             channel = await self.get(caller, channel_id, tx)
+            refuse_meeting_channel(channel, "change its members or rounds")
             if not (caller.is_operator or caller.id == channel.created_by):
                 raise PermissionDenied(
                     "only the channel's creator or the operator may change it",
@@ -213,6 +220,7 @@ class Channels:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted" or not self.can_see(caller, channel):
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            refuse_meeting_channel(channel, "be deleted")
             if channel.kind not in ("group", "direct"):
                 hint = {
                     "work": "an agent's work channel lives as long as the agent",

@@ -31,6 +31,7 @@ from parley.core.channels import (
     SenderKind,
     Task,
     TaskMode,
+    refuse_meeting_channel,
 )
 from parley.core.errors import NotFound, ParleyError, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
@@ -127,6 +128,7 @@ class TaskRunner:
                     f"{caller.id!r} is not a member of channel {channel_id!r} and may not post",
                     code="not_a_member",
                 )
+            refuse_meeting_channel(channel, "take posts from the channel routes")
             kind: SenderKind = "agent" if caller.kind == "agent" else "human"
             closed = channel.status == "closed"
             is_trigger = not closed and d.is_trigger(
