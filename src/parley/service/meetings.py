@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from parley.core import meetings as mt
 from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Task
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
-from parley.core.identity import MODERATOR_ID, Principal
+from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
 from parley.core.limits import StorableText, check_seq
 from parley.core.ports import Page, Runtime, Tx
@@ -49,6 +49,14 @@ class ConveneSpec(BaseModel):
 
 
 @dataclass(frozen=True)
+class Escalation:
+    """Why a seat convenes without being a member (R10): a stall a pulse found. ``triggered_by``
+    ran that pulse (an agent or human through the pulse route, or None: the scheduled pulse)."""
+
+    triggered_by: str | None
+
+
+@dataclass(frozen=True)
 class MeetingStatus:
     """A room's members, one of its meetings (or none) and that meeting's latest messages."""
 
@@ -67,6 +75,16 @@ class _Live:
     runner: asyncio.Task[None] | None = None
     # Transcript entries by message id: each message is rendered once for all the prompts.
     rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
+
+
+def _convened_note(caller: Principal, escalation: Escalation | None) -> str:
+    """Who convened, as the transcript opens: the caller, or the seat a pulse escalated to and
+    who ran that pulse."""
+    if escalation is None:
+        return f"Meeting convened by {caller.id}"
+    by = escalation.triggered_by
+    pulse = "the scheduled pulse" if by is None else f"a pulse run by {by}"
+    return f"Meeting convened by {caller.id} (the escalation seat) after {pulse} found a stall"
 
 
 def _moderates(convener: Principal) -> bool:
@@ -103,10 +121,19 @@ class Meetings:
         self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
 
     # -- convening --------------------------------------------------------------------------------
-    async def convene(self, caller: Principal, room_id: str, spec: ConveneSpec) -> Meeting:
+    async def convene(
+        self,
+        caller: Principal,
+        room_id: str,
+        spec: ConveneSpec,
+        *,
+        escalation: Escalation | None = None,
+    ) -> Meeting:
         """Summon the room's members (R2): a working one awaits entry at its next turn end, an
         idle or done one enters at once. Refused, with nobody left half-summoned, for a
-        non-member, a non-member summoned, a meeting already running, or nobody able to enter."""
+        non-member, a non-member summoned, a meeting already running, or nobody able to enter.
+        With ``escalation`` the caller is the seat a pulse escalated to; the transcript and the
+        event name both the seat and who ran the pulse."""
 
         async def job(tx: Tx) -> Meeting:
             # The room's row lock makes convening one at a time per room, on every hub sharing
@@ -203,12 +230,18 @@ class Meetings:
                     meeting_id=meeting_id,
                 )
             await self.channels.post_as_moderator(
-                tx, channel.id, f"[Meeting convened by {caller.id}] Topic: {spec.topic}"
+                tx, channel.id, f"[{_convened_note(caller, escalation)}] Topic: {spec.topic}"
             )
+            actor, record = caller.id, {}
+            if escalation is not None:
+                # Whoever ran the pulse acted (the hub itself for the scheduled one); the seat
+                # is whom the meeting was convened as.
+                actor = escalation.triggered_by or SYSTEM_ID
+                record = {"seat": caller.id, "triggered_by": escalation.triggered_by}
             self.ctx.events.record(
                 tx,
                 "meeting.convened",
-                actor=caller.id,
+                actor=actor,
                 subject=f"meeting:{meeting_id}",
                 payload={
                     "room_id": room_id,
@@ -216,6 +249,7 @@ class Meetings:
                     "present": [a.agent_id for a in attendees if a.attendance == "present"],
                     "awaiting": [a.agent_id for a in attendees if a.attendance == "awaiting"],
                     "moderator": convener_runtime,
+                    **record,
                 },
                 trace_id=meeting_id,
             )

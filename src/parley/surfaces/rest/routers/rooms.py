@@ -15,6 +15,7 @@ from parley.core.channels import ChannelMessage
 from parley.core.identity import Principal
 from parley.core.limits import StorableText
 from parley.core.meetings import roll_call
+from parley.core.redact import redact_config
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
 from parley.service.channels import channel_topic
 from parley.service.meetings import ConveneSpec
@@ -44,10 +45,13 @@ class RoomOut(BaseModel):
 
 def room_out(caller: Principal, room: Room) -> RoomOut:
     config = room.config
-    if not caller.is_operator:
-        # A moderator runtime may hold a key: others learn only its kind.
-        kind = config.moderator_runtime.get("kind", "none")
-        config = config.model_copy(update={"moderator_runtime": {"kind": kind}})
+    # A moderator runtime may hold a key: nobody reads it back (the operator sees the config
+    # with its secrets redacted, as an agent's runtime; others learn only its kind).
+    if caller.is_operator:
+        runtime = redact_config(config.moderator_runtime)
+    else:
+        runtime = {"kind": config.moderator_runtime.get("kind", "none")}
+    config = config.model_copy(update={"moderator_runtime": runtime})
     return RoomOut(
         id=room.id, name=room.name, created_by=room.created_by, created=room.created, config=config
     )
