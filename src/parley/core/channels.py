@@ -17,6 +17,9 @@ from parley.core.errors import Conflict
 
 ChannelKind = Literal["work", "group", "discussion", "meeting", "direct"]
 CHANNEL_KINDS: tuple[str, ...] = get_args(ChannelKind)
+# The kinds a principal creates through the channel routes, which count against its limit of
+# open channels; work and meeting channels come with an agent and a meeting.
+CREATED_KINDS: tuple[ChannelKind, ...] = ("group", "direct", "discussion")
 ChannelStatus = Literal["active", "closed", "deleted"]
 SenderKind = Literal["agent", "human", "moderator", "system"]
 MissedTurnPolicy = Literal["fail", "no_reply"]

@@ -3,7 +3,7 @@ before it is published, and the sender is always the caller the server authentic
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from parley.core import consent
 from parley.core import discussion as d
 from parley.core.channels import (
+    CREATED_KINDS,
     Channel,
     ChannelMessage,
     LogicalSession,
@@ -109,10 +110,53 @@ class Channels:
             )
         return channel
 
-    async def visible(self, caller: Principal) -> list[Channel]:
+    async def visible(
+        self,
+        caller: Principal,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Channel]:
+        """The rows of ``page``."""
+        return (await self.page(caller, after=after, limit=limit, kinds=kinds)).rows
+
+    async def page(
+        self,
+        caller: Principal,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> Page[Channel]:
+        """Channels the caller is a member of or created (every one, for the operator), in id
+        order after ``after``: at most ``limit``, and no more once they hold the hub's page
+        budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
-            rows = await tx.channels_of(None if caller.is_operator else caller.id)
-        return [c for c in rows if c.status != "deleted"]
+            return await tx.channels_page(
+                None if caller.is_operator else caller.id,
+                after=after,
+                kinds=kinds,
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
+            )
+
+    async def visible_among(self, caller: Principal, channel_ids: Iterable[str]) -> set[str]:
+        """Which of ``channel_ids`` name channels the caller may see (not deleted)."""
+        wanted = set(channel_ids)
+        seen: set[str] = set()
+        if not wanted:
+            return seen
+        async with self.ctx.store.read() as tx:
+            for channel_id in wanted:
+                channel = await tx.get_channel(channel_id)
+                if channel is None or channel.status == "deleted":
+                    continue
+                if self.can_see(caller, channel):
+                    seen.add(channel_id)
+        return seen
 
     async def _check_members(self, tx: Tx, members: list[str]) -> list[str]:
         members = d.snapshot_members(m.strip() for m in members)
@@ -134,6 +178,32 @@ class Channels:
         consent.refuse_unconsented(adder, missing)
 
     # -- creation ---------------------------------------------------------------------------------
+    async def check_limit(self, tx: Tx, caller: Principal) -> None:
+        """Refuse a channel more than the caller may keep open (``channels_per_principal``): its
+        group, direct and discussion channels not deleted, closed or finished. The operator is
+        not limited: it runs the hub and may delete anyone's channel."""
+        limit = self.ctx.settings.channels_per_principal
+        if caller.is_operator or limit == 0:
+            return
+        # The creator's row lock: two creations of one principal (on two connections, or two
+        # hubs) must not both find room for one more.
+        await tx.get("principals", caller.id, for_update=True)
+        c = tx.table("channels").c
+        open_ = await tx.count(
+            "channels",
+            c.created_by == caller.id,
+            c.kind.in_(CREATED_KINDS),
+            c.status == "active",
+        )
+        if open_ >= limit:
+            raise Conflict(
+                f"{caller.id!r} already has {open_} open channels it created, the most one "
+                f"principal may have ({limit}); delete a group or direct channel you no longer "
+                "use (DELETE /v1/channels/{id}) or finish a discussion, then try again",
+                code="channel_limit_reached",
+                limit=limit,
+            )
+
     async def create(self, caller: Principal, spec: ChannelSpec) -> Channel:
         rounds = d.check_rounds(spec.discussion_rounds)
         if spec.kind == "direct" and len(set(spec.members) | {caller.id}) != 2:
@@ -143,6 +213,7 @@ class Channels:
             )
 
         async def job(tx: Tx) -> Channel:
+            await self.check_limit(tx, caller)
             members = await self._check_members(tx, [caller.id, *spec.members])
             await self.check_consent(tx, caller, members)
             channel = Channel(

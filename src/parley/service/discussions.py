@@ -92,6 +92,7 @@ class Discussions:
             )
 
         async def job(tx: Tx) -> Channel:
+            await self.channels.check_limit(tx, caller)
             origin = await tx.get_channel(callback_channel_id)
             if origin is None or origin.status == "deleted":
                 raise NotFound(

@@ -14,7 +14,8 @@ from parley.core.channels import ChannelMessage
 from parley.core.errors import ParleyError
 from parley.core.identity import OPERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_ulid
-from parley.core.ports import Tx
+from parley.core.limits import check_text
+from parley.core.ports import Page, Tx
 from parley.core.rooms import Brief, Meeting, PulseEntry, Room, RoomMember
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
@@ -241,8 +242,29 @@ class Pulse:
             except Exception:
                 log.exception("pulse of room %s failed", room.id)
 
-    async def log(self, caller: Principal, room_id: str) -> list[PulseEntry]:
+    async def log(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[PulseEntry]:
+        """The rows of ``log_page``."""
+        return (await self.log_page(caller, room_id, after=after, limit=limit)).rows
+
+    async def log_page(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> Page[PulseEntry]:
+        """A room's pulse log, oldest first after the entry ``after``: at most ``limit``, and no
+        more once they hold the hub's page budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
             await self.rooms.check_visible(tx, caller, room_id)
             p = tx.table("pulse_log").c
-            return await tx.select("pulse_log", p.room_id == room_id, order_by=[p.id])
+            where = [p.room_id == room_id]
+            if after is not None:
+                where.append(p.id > after)
+            return await tx.page(
+                "pulse_log",
+                *where,
+                key="id",
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
+            )
