@@ -45,7 +45,7 @@ class Tx(Protocol):
     async def update(self, name: str, key: str, **values: Any) -> int: ...
     async def delete(self, name: str, key: str) -> int:
         """Delete one record by id; only for records that are not history (a room membership,
-        a brief past the board's cap)."""
+        a brief past the board's cap, an empty room and its board)."""
         ...
 
     async def select(
