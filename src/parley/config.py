@@ -64,6 +64,20 @@ class Settings(BaseSettings):
         description="Seconds between scheduled pulses of every room (stall check, board "
         "broadcast, escalation to a meeting); 0: off, pulse only on request.",
     )
+    rooms_per_principal: int = Field(
+        default=100,
+        ge=0,
+        description="Rooms one agent or human may have created and not deleted; one more is "
+        "refused (room_limit_reached) until it deletes one. The operator is not limited. "
+        "0: no limit.",
+    )
+    channels_per_principal: int = Field(
+        default=500,
+        ge=0,
+        description="Open group, direct and discussion channels one agent or human may have "
+        "created; one more is refused (channel_limit_reached) until it deletes a group or "
+        "finishes a discussion. The operator is not limited. 0: no limit.",
+    )
     turn_timeout_s: float = Field(default=120.0, gt=0)
     lease_s: float = Field(
         default=30.0,

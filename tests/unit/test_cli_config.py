@@ -275,6 +275,7 @@ def test_command_surface_is_pinned() -> None:
             "brief",
             "convene",
             "create",
+            "delete",
             "done",
             "join",
             "leave",

@@ -80,6 +80,7 @@ GET /v1/rooms/meetings/{meeting_id}/stream
 GET /v1/rooms/meetings/{meeting_id}/transcript
 POST /v1/rooms/stop
 GET /v1/rooms/{room_id}
+DELETE /v1/rooms/{room_id}
 GET /v1/rooms/{room_id}/briefs
 GET /v1/rooms/{room_id}/meetings
 POST /v1/rooms/{room_id}/meetings

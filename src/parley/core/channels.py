@@ -13,8 +13,13 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from parley.core.errors import Conflict
+
 ChannelKind = Literal["work", "group", "discussion", "meeting", "direct"]
 CHANNEL_KINDS: tuple[str, ...] = get_args(ChannelKind)
+# The kinds a principal creates through the channel routes, which count against its limit of
+# open channels; work and meeting channels come with an agent and a meeting.
+CREATED_KINDS: tuple[ChannelKind, ...] = ("group", "direct", "discussion")
 ChannelStatus = Literal["active", "closed", "deleted"]
 SenderKind = Literal["agent", "human", "moderator", "system"]
 MissedTurnPolicy = Literal["fail", "no_reply"]
@@ -164,3 +169,22 @@ class PendingTurn(BaseModel):
     status: Literal["pending", "answered", "expired", "superseded", "cancelled"] = "pending"
     answer: str | None = None
     created: datetime
+
+
+def refuse_meeting_channel(channel: Channel, action: str) -> None:
+    """A meeting's channel is its transcript, written only by the meeting: speeches when the
+    moderator gives the floor, a human's interjection through the meeting, the moderator's and
+    the system's notes. Through a channel route a member's post would start turns outside the
+    moderator, the round cap and the speech limit, and a changed member list would change who
+    attends."""
+    if channel.kind != "meeting":
+        return
+    meeting_id = channel.metadata.get("meeting_id", "")
+    raise Conflict(
+        f"channel {channel.id!r} is the transcript of meeting {meeting_id!r}, written only by "
+        f"the meeting, and cannot {action}; use the meeting's routes: a human speaks into a "
+        f"running meeting with POST /v1/rooms/meetings/{meeting_id}/messages, and members "
+        "speak when the moderator gives them the floor",
+        code="meeting_channel",
+        meeting_id=meeting_id,
+    )

@@ -365,9 +365,21 @@ def minutes_prompt(*, name: str, topic: str, limit: int) -> str:
     )
 
 
-def convened_note(convener: str, topic: str) -> str:
-    """The moderator's first message in a meeting's channel."""
-    return f"[Meeting convened by {q.label(convener)}] Topic: {q.inline(topic)}"
+def convened_note(
+    convener: str, topic: str, *, escalated: bool = False, triggered_by: str | None = None
+) -> str:
+    """The moderator's first message in a meeting's channel: who convened it, or, for a stall a
+    pulse escalated, the seat it was convened as and who ran that pulse (None: the scheduled
+    one)."""
+    who = q.label(convener)
+    if escalated:
+        pulse = (
+            "the scheduled pulse"
+            if triggered_by is None
+            else f"a pulse run by {q.label(triggered_by)}"
+        )
+        who = f"{who} (the escalation seat) after {pulse} found a stall"
+    return f"[Meeting convened by {who}] Topic: {q.inline(topic)}"
 
 
 def minutes_message(topic: str, text: str) -> str:

@@ -45,7 +45,7 @@ class Tx(Protocol):
     async def update(self, name: str, key: str, **values: Any) -> int: ...
     async def delete(self, name: str, key: str) -> int:
         """Delete one record by id; only for records that are not history (a room membership,
-        a brief past the board's cap)."""
+        a brief past the board's cap, an empty room and its board)."""
         ...
 
     async def select(
@@ -59,6 +59,10 @@ class Tx(Protocol):
         ...
 
     def table(self, name: str) -> Any: ...
+    async def count(self, name: str, *where: Any) -> int:
+        """How many records match ``where``."""
+        ...
+
     async def flush(self) -> None: ...
 
     async def insert_token(
@@ -97,7 +101,20 @@ class Tx(Protocol):
     async def channel_members(self, channel_id: str) -> list[str]: ...
     async def get_channel(self, channel_id: str, *, for_update: bool = False) -> Channel | None: ...
     async def set_members(self, channel_id: str, members: Sequence[str]) -> None: ...
-    async def channels_of(self, member_id: str | None) -> list[Channel]: ...
+    async def channels_page(
+        self,
+        member_id: str | None,
+        *,
+        after: str | None,
+        kinds: Sequence[str] | None,
+        limit: int,
+        max_bytes: int | None,
+    ) -> Page[Channel]:
+        """Channels not deleted, in id order after ``after``, as ``page`` bounds a list, with
+        their members: those ``member_id`` is a member of or created (all, for None), of
+        ``kinds`` only when given."""
+        ...
+
     async def next_channel_seq(
         self, channel_id: str, *, trigger_id: str | None = None, now: datetime | None = None
     ) -> int: ...

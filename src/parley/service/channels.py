@@ -3,14 +3,21 @@ before it is published, and the sender is always the caller the server authentic
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from parley.core import consent
 from parley.core import discussion as d
-from parley.core.channels import Channel, ChannelMessage, LogicalSession, SenderKind
+from parley.core.channels import (
+    CREATED_KINDS,
+    Channel,
+    ChannelMessage,
+    LogicalSession,
+    SenderKind,
+    refuse_meeting_channel,
+)
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
@@ -103,10 +110,53 @@ class Channels:
             )
         return channel
 
-    async def visible(self, caller: Principal) -> list[Channel]:
+    async def visible(
+        self,
+        caller: Principal,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Channel]:
+        """The rows of ``page``."""
+        return (await self.page(caller, after=after, limit=limit, kinds=kinds)).rows
+
+    async def page(
+        self,
+        caller: Principal,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> Page[Channel]:
+        """Channels the caller is a member of or created (every one, for the operator), in id
+        order after ``after``: at most ``limit``, and no more once they hold the hub's page
+        budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
-            rows = await tx.channels_of(None if caller.is_operator else caller.id)
-        return [c for c in rows if c.status != "deleted"]
+            return await tx.channels_page(
+                None if caller.is_operator else caller.id,
+                after=after,
+                kinds=kinds,
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
+            )
+
+    async def visible_among(self, caller: Principal, channel_ids: Iterable[str]) -> set[str]:
+        """Which of ``channel_ids`` name channels the caller may see (not deleted)."""
+        wanted = set(channel_ids)
+        seen: set[str] = set()
+        if not wanted:
+            return seen
+        async with self.ctx.store.read() as tx:
+            for channel_id in wanted:
+                channel = await tx.get_channel(channel_id)
+                if channel is None or channel.status == "deleted":
+                    continue
+                if self.can_see(caller, channel):
+                    seen.add(channel_id)
+        return seen
 
     async def _check_members(self, tx: Tx, members: list[str]) -> list[str]:
         members = d.snapshot_members(m.strip() for m in members)
@@ -128,6 +178,32 @@ class Channels:
         consent.refuse_unconsented(adder, missing)
 
     # -- creation ---------------------------------------------------------------------------------
+    async def check_limit(self, tx: Tx, caller: Principal) -> None:
+        """Refuse a channel more than the caller may keep open (``channels_per_principal``): its
+        group, direct and discussion channels not deleted, closed or finished. The operator is
+        not limited: it runs the hub and may delete anyone's channel."""
+        limit = self.ctx.settings.channels_per_principal
+        if caller.is_operator or limit == 0:
+            return
+        # The creator's row lock: two creations of one principal (on two connections, or two
+        # hubs) must not both find room for one more.
+        await tx.get("principals", caller.id, for_update=True)
+        c = tx.table("channels").c
+        open_ = await tx.count(
+            "channels",
+            c.created_by == caller.id,
+            c.kind.in_(CREATED_KINDS),
+            c.status == "active",
+        )
+        if open_ >= limit:
+            raise Conflict(
+                f"{caller.id!r} already has {open_} open channels it created, the most one "
+                f"principal may have ({limit}); delete a group or direct channel you no longer "
+                "use (DELETE /v1/channels/{id}) or finish a discussion, then try again",
+                code="channel_limit_reached",
+                limit=limit,
+            )
+
     async def create(self, caller: Principal, spec: ChannelSpec) -> Channel:
         rounds = d.check_rounds(spec.discussion_rounds)
         if spec.kind == "direct" and len(set(spec.members) | {caller.id}) != 2:
@@ -137,6 +213,7 @@ class Channels:
             )
 
         async def job(tx: Tx) -> Channel:
+            await self.check_limit(tx, caller)
             members = await self._check_members(tx, [caller.id, *spec.members])
             await self.check_consent(tx, caller, members)
             channel = Channel(
@@ -173,6 +250,7 @@ class Channels:
 
         async def job(tx: Tx) -> Channel:
             channel = await self.get(caller, channel_id, tx)
+            refuse_meeting_channel(channel, "change its members or rounds")
             if not (caller.is_operator or caller.id == channel.created_by):
                 raise PermissionDenied(
                     "only the channel's creator or the operator may change it",
@@ -213,6 +291,7 @@ class Channels:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted" or not self.can_see(caller, channel):
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            refuse_meeting_channel(channel, "be deleted")
             if channel.kind not in ("group", "direct"):
                 hint = {
                     "work": "an agent's work channel lives as long as the agent",

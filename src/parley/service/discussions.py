@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.core import discussion as d
-from parley.core.channels import Channel, LogicalSession
+from parley.core.channels import Channel, LogicalSession, refuse_meeting_channel
 from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
@@ -92,6 +92,7 @@ class Discussions:
             )
 
         async def job(tx: Tx) -> Channel:
+            await self.channels.check_limit(tx, caller)
             origin = await tx.get_channel(callback_channel_id)
             if origin is None or origin.status == "deleted":
                 raise NotFound(
@@ -104,6 +105,8 @@ class Discussions:
                     "discussion reports back to a channel of the agent that opens it",
                     code="callback_channel_forbidden",
                 )
+            # A result reported back there would post into the meeting and start turns.
+            refuse_meeting_channel(origin, "be a discussion's callback channel")
             session = await self.channels.session(tx, caller, origin.id)
             all_members = await self.channels._check_members(tx, [caller.id, *members])
             await self.channels.check_consent(tx, caller, all_members)
@@ -162,6 +165,7 @@ class Discussions:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            refuse_meeting_channel(channel, "be finished as a discussion")
             meta = dict(channel.metadata)
             if channel.kind != "discussion" or meta.get("mode") != "discussion":
                 raise InvalidRequest(
@@ -292,6 +296,7 @@ class Discussions:
             channel = await tx.get_channel(channel_id, for_update=True)
             if channel is None or channel.status == "deleted":
                 raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
+            refuse_meeting_channel(channel, "be closed as a discussion")
             if channel.status != "active":
                 raise Conflict(f"channel {channel_id!r} is already closed", code="already_closed")
             meta = dict(channel.metadata)

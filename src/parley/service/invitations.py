@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from parley.core import discussion as d
-from parley.core.channels import Channel
+from parley.core.channels import Channel, refuse_meeting_channel
 from parley.core.consent import Invitation, InvitationStatus
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
@@ -45,6 +45,7 @@ class Invitations:
                     "and the operator may invite",
                     code="not_channel_member",
                 )
+            refuse_meeting_channel(channel, "take invitations")
             _check_invitable(channel)
             agent = await self.identity.require(agent_id, tx)
             if agent.kind != "agent":

@@ -21,9 +21,9 @@ from pydantic import BaseModel, Field
 from parley.core import meetings as mt
 from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Task
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
-from parley.core.identity import MODERATOR_ID, Principal
+from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
-from parley.core.limits import StorableText, check_seq
+from parley.core.limits import StorableText, check_seq, check_text
 from parley.core.ports import Page, Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
@@ -46,6 +46,14 @@ class ConveneSpec(BaseModel):
 
     topic: StorableText = Field(min_length=1, max_length=2000)
     members: list[StorableText] | None = Field(default=None, max_length=200)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """Why a seat convenes without being a member (R10): a stall a pulse found. ``triggered_by``
+    ran that pulse (an agent or human through the pulse route, or None: the scheduled pulse)."""
+
+    triggered_by: str | None
 
 
 @dataclass(frozen=True)
@@ -103,10 +111,19 @@ class Meetings:
         self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
 
     # -- convening --------------------------------------------------------------------------------
-    async def convene(self, caller: Principal, room_id: str, spec: ConveneSpec) -> Meeting:
+    async def convene(
+        self,
+        caller: Principal,
+        room_id: str,
+        spec: ConveneSpec,
+        *,
+        escalation: Escalation | None = None,
+    ) -> Meeting:
         """Summon the room's members (R2): a working one awaits entry at its next turn end, an
         idle or done one enters at once. Refused, with nobody left half-summoned, for a
-        non-member, a non-member summoned, a meeting already running, or nobody able to enter."""
+        non-member, a non-member summoned, a meeting already running, or nobody able to enter.
+        With ``escalation`` the caller is the seat a pulse escalated to; the transcript and the
+        event name both the seat and who ran the pulse."""
 
         async def job(tx: Tx) -> Meeting:
             # The room's row lock makes convening one at a time per room, on every hub sharing
@@ -203,12 +220,25 @@ class Meetings:
                     meeting_id=meeting_id,
                 )
             await self.channels.post_as_moderator(
-                tx, channel.id, mt.convened_note(caller.id, spec.topic)
+                tx,
+                channel.id,
+                mt.convened_note(
+                    caller.id,
+                    spec.topic,
+                    escalated=escalation is not None,
+                    triggered_by=escalation.triggered_by if escalation else None,
+                ),
             )
+            actor, record = caller.id, {}
+            if escalation is not None:
+                # Whoever ran the pulse acted (the hub itself for the scheduled one); the seat
+                # is whom the meeting was convened as.
+                actor = escalation.triggered_by or SYSTEM_ID
+                record = {"seat": caller.id, "triggered_by": escalation.triggered_by}
             self.ctx.events.record(
                 tx,
                 "meeting.convened",
-                actor=caller.id,
+                actor=actor,
                 subject=f"meeting:{meeting_id}",
                 payload={
                     "room_id": room_id,
@@ -216,6 +246,7 @@ class Meetings:
                     "present": [a.agent_id for a in attendees if a.attendance == "present"],
                     "awaiting": [a.agent_id for a in attendees if a.attendance == "awaiting"],
                     "moderator": convener_runtime,
+                    **record,
                 },
                 trace_id=meeting_id,
             )
@@ -599,21 +630,64 @@ class Meetings:
             return [await tx.get("meetings", meeting_id) for meeting_id in ids]
 
     async def _visible(self, tx: Tx, caller: Principal, meeting_id: str) -> Meeting:
+        """A meeting the caller may read: any, for humans and the operator (a deleted room's
+        too: its meetings stay on the record), its own room's for an agent."""
         meeting: Meeting | None = await tx.get("meetings", meeting_id)
         if meeting is None:
             raise NotFound(f"no meeting {meeting_id!r}", code="meeting_not_found")
-        await self.rooms.check_visible(tx, caller, meeting.room_id)
+        if caller.kind == "agent":
+            await self.rooms.check_visible(tx, caller, meeting.room_id)
         return meeting
 
     async def get(self, caller: Principal, meeting_id: str) -> Meeting:
         async with self.ctx.store.read() as tx:
             return await self._visible(tx, caller, meeting_id)
 
-    async def of_room(self, caller: Principal, room_id: str) -> list[Meeting]:
+    async def of_room(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Meeting]:
+        """The rows of ``of_room_page``."""
+        return (await self.of_room_page(caller, room_id, after=after, limit=limit)).rows
+
+    async def of_room_page(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> Page[Meeting]:
+        """A room's meetings, oldest first after the meeting ``after``: at most ``limit``, and
+        no more once they hold the hub's page budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
             await self.rooms.check_visible(tx, caller, room_id)
             me = tx.table("meetings").c
-            return await tx.select("meetings", me.room_id == room_id, order_by=[me.id])
+            where = [me.room_id == room_id]
+            if after is not None:
+                where.append(me.id > after)
+            return await tx.page(
+                "meetings",
+                *where,
+                key="id",
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
+            )
+
+    async def latest(self, caller: Principal, n: int) -> list[Meeting]:
+        """The caller's ``n`` most recent meetings, running ones first: its own room's for an
+        agent, every room's for humans and the operator."""
+        async with self.ctx.store.read() as tx:
+            me = tx.table("meetings").c
+            where = []
+            if caller.kind == "agent":
+                member: RoomMember | None = await tx.get("room_members", caller.id)
+                if member is None:
+                    return []
+                where.append(me.room_id == member.room_id)
+            # Ids are time-ordered: running meetings first, then the newest.
+            return await tx.select(
+                "meetings",
+                *where,
+                order_by=[(me.status == "running").desc(), me.id.desc()],
+                limit=n,
+            )
 
     async def status(
         self, caller: Principal, *, room_id: str | None, meeting_id: str | None, recent: int

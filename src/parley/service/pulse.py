@@ -12,14 +12,15 @@ from datetime import datetime, timedelta
 from parley.core import meetings as mt
 from parley.core.channels import ChannelMessage
 from parley.core.errors import ParleyError
-from parley.core.identity import OPERATOR_ID, Principal
+from parley.core.identity import OPERATOR_ID, SYSTEM_ID, Principal
 from parley.core.ids import new_ulid
-from parley.core.ports import Tx
+from parley.core.limits import check_text
+from parley.core.ports import Page, Tx
 from parley.core.rooms import Brief, Meeting, PulseEntry, Room, RoomMember
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 from parley.service.mail import Mail
-from parley.service.meetings import ConveneSpec, Meetings
+from parley.service.meetings import ConveneSpec, Escalation, Meetings
 from parley.service.rooms import Rooms
 
 log = logging.getLogger("parley.pulse")
@@ -55,9 +56,13 @@ class Pulse:
         self.meetings = meetings
         self._broadcast: dict[str, str] = {}  # room id -> the last summary broadcast
 
-    async def pulse(self, caller: Principal, room_id: str) -> PulseResult:
+    async def pulse(
+        self, caller: Principal, room_id: str, *, scheduled: bool = False
+    ) -> PulseResult:
         """Run once: broadcast the board summary if it changed (no model call), evaluate the
-        triggers once, escalate a stall; failure to escalate is a reason, never an exception."""
+        triggers once, escalate a stall; failure to escalate is a reason, never an exception.
+        ``scheduled``: the hub's own pulse (``PARLEY_ROOM_PULSE_S``), not the caller's."""
+        triggered_by = None if scheduled else caller.id
         async with self.ctx.store.read() as tx:
             room = await self.rooms.check_visible(tx, caller, room_id)
             members = await self.rooms.member_rows(tx, room_id)
@@ -89,7 +94,7 @@ class Pulse:
             )
             if allowed:
                 result.escalated, result.reason, result.meeting_id = await self._escalate(
-                    room, result.conclusion, why
+                    room, result.conclusion, why, triggered_by
                 )
             else:
                 result.reason = why
@@ -97,7 +102,7 @@ class Pulse:
             result.conclusion,
             result.reason,
         ):
-            await self._log(result)
+            await self._log(result, triggered_by)
             result.logged = True
         return result
 
@@ -178,20 +183,25 @@ class Pulse:
         return sent
 
     async def _escalate(
-        self, room: Room, conclusion: str, why: str
+        self, room: Room, conclusion: str, why: str, triggered_by: str | None
     ) -> tuple[bool, str, str | None]:
         """Convene as the human seat (the stall is an outside intervention: borrowing a member's
-        identity would give the moderator its model and the record the wrong convener)."""
+        identity would give the moderator its model and the record the wrong convener). The
+        record names the seat and who ran the pulse, so an agent's pulse is never recorded as
+        the operator's act."""
         try:
             seat = await self.identity.require(OPERATOR_ID)
             meeting = await self.meetings.convene(
-                seat, room.id, ConveneSpec(topic=f"Stall in room {room.name}: {conclusion}"[:2000])
+                seat,
+                room.id,
+                ConveneSpec(topic=f"Stall in room {room.name}: {conclusion}"[:2000]),
+                escalation=Escalation(triggered_by),
             )
         except ParleyError as exc:
             return False, f"not escalated: {exc.code}: {exc.message}", None
         return True, f"escalated ({why})", meeting.id
 
-    async def _log(self, result: PulseResult) -> None:
+    async def _log(self, result: PulseResult, triggered_by: str | None) -> None:
         entry = PulseEntry(
             id=new_ulid(),
             room_id=result.room_id,
@@ -208,7 +218,7 @@ class Pulse:
             self.ctx.events.record(
                 tx,
                 "room.pulse",
-                actor="system",
+                actor=triggered_by or SYSTEM_ID,
                 subject=f"room:{result.room_id}",
                 payload={
                     "conclusion": result.conclusion,
@@ -228,12 +238,33 @@ class Pulse:
             rooms: list[Room] = await tx.select("rooms", order_by=[r.id])
         for room in rooms:
             try:
-                await self.pulse(seat, room.id)
+                await self.pulse(seat, room.id, scheduled=True)
             except Exception:
                 log.exception("pulse of room %s failed", room.id)
 
-    async def log(self, caller: Principal, room_id: str) -> list[PulseEntry]:
+    async def log(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[PulseEntry]:
+        """The rows of ``log_page``."""
+        return (await self.log_page(caller, room_id, after=after, limit=limit)).rows
+
+    async def log_page(
+        self, caller: Principal, room_id: str, *, after: str | None = None, limit: int = 100
+    ) -> Page[PulseEntry]:
+        """A room's pulse log, oldest first after the entry ``after``: at most ``limit``, and no
+        more once they hold the hub's page budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
             await self.rooms.check_visible(tx, caller, room_id)
             p = tx.table("pulse_log").c
-            return await tx.select("pulse_log", p.room_id == room_id, order_by=[p.id])
+            where = [p.room_id == room_id]
+            if after is not None:
+                where.append(p.id > after)
+            return await tx.page(
+                "pulse_log",
+                *where,
+                key="id",
+                limit=limit,
+                max_bytes=self.ctx.settings.page_max_bytes,
+            )

@@ -16,7 +16,7 @@ from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDen
 from parley.core.identity import Principal
 from parley.core.ids import new_id
 from parley.core.limits import StorableText, check_text
-from parley.core.ports import Tx
+from parley.core.ports import Page, Tx
 from parley.core.rooms import MEETING_STATES, Brief, MemberState, Room, RoomConfig, RoomMember
 from parley.service.channels import Channels
 from parley.service.context import ServiceContext
@@ -102,6 +102,7 @@ class Rooms:
         )
 
         async def job(tx: Tx) -> Room:
+            await self._check_limit(tx, caller)
             tx.insert("rooms", room)
             self.ctx.events.record(
                 tx,
@@ -114,6 +115,26 @@ class Rooms:
 
         return await self.ctx.store.write(job)
 
+    async def _check_limit(self, tx: Tx, caller: Principal) -> None:
+        """Refuse a room more than the caller may have (``rooms_per_principal``). The operator
+        is not limited: it runs the hub, sets rooms up for everyone and may delete any room."""
+        limit = self.ctx.settings.rooms_per_principal
+        if caller.is_operator or limit == 0:
+            return
+        # The creator's row lock: two creations of one principal (on two connections, or two
+        # hubs) must not both find room for one more.
+        await tx.get("principals", caller.id, for_update=True)
+        r = tx.table("rooms").c
+        created = await tx.count("rooms", r.created_by == caller.id)
+        if created >= limit:
+            raise Conflict(
+                f"{caller.id!r} already has {created} rooms it created, the most one principal "
+                f"may have ({limit}); delete one it no longer uses (DELETE /v1/rooms/{{id}}, "
+                "'parley room delete') and try again",
+                code="room_limit_reached",
+                limit=limit,
+            )
+
     async def require(self, tx: Tx, room_id: str, *, for_update: bool = False) -> Room:
         room: Room | None = await tx.get("rooms", room_id, for_update=for_update)
         if room is None:
@@ -121,7 +142,8 @@ class Rooms:
         return room
 
     async def check_visible(self, tx: Tx, caller: Principal, room_id: str) -> Room:
-        """Humans and the operator see every room; an agent sees only its own."""
+        """A room whose records (members, meetings, board, pulse) the caller may read: humans
+        and the operator every room's, an agent only its own room's."""
         room = await self.require(tx, room_id)
         if caller.kind == "agent":
             member: RoomMember | None = await tx.get("room_members", caller.id)
@@ -130,18 +152,89 @@ class Rooms:
         return room
 
     async def get(self, caller: Principal, room_id: str) -> Room:
+        """A room itself: an agent sees its own room and the rooms it created (to delete what
+        it no longer uses), but reads only its own room's records."""
         async with self.ctx.store.read() as tx:
-            return await self.check_visible(tx, caller, room_id)
+            room = await self.require(tx, room_id)
+            if caller.kind == "agent" and room.created_by != caller.id:
+                await self.check_visible(tx, caller, room_id)
+            return room
 
-    async def visible(self, caller: Principal) -> list[Room]:
+    async def visible(
+        self, caller: Principal, *, after: str | None = None, limit: int = 100
+    ) -> list[Room]:
+        """The rows of ``page``."""
+        return (await self.page(caller, after=after, limit=limit)).rows
+
+    async def page(
+        self, caller: Principal, *, after: str | None = None, limit: int = 100
+    ) -> Page[Room]:
+        """Rooms the caller sees, in id order after ``after``: every room for humans and the
+        operator, its own room and those it created for an agent. At most ``limit``, and no
+        more once they hold the hub's page budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         async with self.ctx.store.read() as tx:
             r = tx.table("rooms").c
-            if caller.kind != "agent":
-                return await tx.select("rooms", order_by=[r.created, r.id])
+            where = [] if after is None else [r.id > after]
+            if caller.kind == "agent":
+                member: RoomMember | None = await tx.get("room_members", caller.id)
+                mine = r.created_by == caller.id
+                where.append(mine if member is None else mine | (r.id == member.room_id))
+            return await tx.page(
+                "rooms", *where, key="id", limit=limit, max_bytes=self.ctx.settings.page_max_bytes
+            )
+
+    async def room_of(self, caller: Principal) -> Room | None:
+        """The room the caller is a member of, if any (an agent belongs to at most one)."""
+        async with self.ctx.store.read() as tx:
             member: RoomMember | None = await tx.get("room_members", caller.id)
             if member is None:
-                return []
-            return await tx.select("rooms", r.id == member.room_id)
+                return None
+            found: Room | None = await tx.get("rooms", member.room_id)
+            return found
+
+    async def delete(self, caller: Principal, room_id: str) -> Room:
+        """Delete an empty room, by its creator or the operator. Its meetings, their transcripts,
+        speeches and minutes and its pulse log stay for the record (humans and the operator
+        still read a meeting by its id); its board goes with it. Refused while members remain:
+        they leave first (the operator may remove them), which also means no meeting runs."""
+
+        async def job(tx: Tx) -> Room:
+            # The row lock orders this against a join, which takes it too: no member can join
+            # a room that is being deleted.
+            room = await self.require(tx, room_id, for_update=True)
+            if caller.kind == "agent" and room.created_by != caller.id:
+                await self.check_visible(tx, caller, room_id)
+            if not (caller.is_operator or caller.id == room.created_by):
+                raise PermissionDenied(
+                    f"only the room's creator {room.created_by!r} or the operator may delete "
+                    f"room {room_id!r}",
+                    code="room_owner_only",
+                )
+            members = await self.member_rows(tx, room_id)
+            if members:
+                names = [m.agent_id for m in members]
+                raise Conflict(
+                    f"room {room_id!r} still has members {names!r}; a room is deleted empty, so "
+                    "they leave it first (the operator may remove them)",
+                    code="room_not_empty",
+                    members=names,
+                )
+            b = tx.table("briefs").c
+            for brief in await tx.select("briefs", b.room_id == room_id):
+                await tx.delete("briefs", brief.id)
+            await tx.delete("rooms", room_id)
+            self.ctx.events.record(
+                tx,
+                "room.deleted",
+                actor=caller.id,
+                subject=f"room:{room_id}",
+                payload={"name": room.name},
+            )
+            return room
+
+        return await self.ctx.store.write(job)
 
     # -- members ----------------------------------------------------------------------------------
     def view(self, member: RoomMember) -> MemberView:
@@ -182,7 +275,9 @@ class Rooms:
             )
 
         async def job(tx: Tx) -> MemberView:
-            room = await self.require(tx, room_id)
+            # Under the room's row lock, as its deletion takes it: never a member of a room
+            # being deleted.
+            room = await self.require(tx, room_id, for_update=True)
             agent: Principal | None = await tx.get("principals", agent_id)
             if agent is None or agent.kind != "agent":
                 raise NotFound(f"no agent {agent_id!r}", code="agent_not_found")

@@ -31,11 +31,13 @@ from parley.core.channels import (
     SenderKind,
     Task,
     TaskMode,
+    refuse_meeting_channel,
 )
 from parley.core.errors import NotFound, ParleyError, PermissionDenied, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.core.ports import Runtime, Tx
+from parley.core.limits import check_text
+from parley.core.ports import Page, Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import (
     NO_REPLY,
@@ -130,6 +132,7 @@ class TaskRunner:
                     f"{caller.id!r} is not a member of channel {channel_id!r} and may not post",
                     code="not_a_member",
                 )
+            refuse_meeting_channel(channel, "take posts from the channel routes")
             kind: SenderKind = "agent" if caller.kind == "agent" else "human"
             closed = channel.status == "closed"
             is_trigger = not closed and d.is_trigger(
@@ -700,11 +703,37 @@ class TaskRunner:
         await self.channels.get(caller, task.channel_id, include_deleted=True)
         return task
 
-    async def of_channel(self, caller: Principal, channel_id: str) -> list[Task]:
+    async def of_channel(
+        self, caller: Principal, channel_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Task]:
+        """The rows of ``of_channel_page``."""
+        return (await self.of_channel_page(caller, channel_id, after=after, limit=limit)).rows
+
+    async def of_channel_page(
+        self, caller: Principal, channel_id: str, *, after: str | None = None, limit: int = 100
+    ) -> Page[Task]:
+        """A channel's tasks in order after the task ``after``: at most ``limit``, and no more
+        once they hold the hub's page budget in bytes."""
+        if after is not None:
+            check_text(after, "after")
         await self.channels.get(caller, channel_id)
         async with self.ctx.store.read() as tx:
             t = tx.table("tasks").c
-            return await tx.select("tasks", t.channel_id == channel_id, order_by=[t.id])
+            where = [t.channel_id == channel_id]
+            if after is not None:
+                where.append(t.id > after)
+            return await tx.page(
+                "tasks", *where, key="id", limit=limit, max_bytes=self.ctx.settings.page_max_bytes
+            )
+
+    async def latest_of_channel(self, caller: Principal, channel_id: str, n: int) -> list[Task]:
+        """A channel's ``n`` newest tasks, newest first."""
+        await self.channels.get(caller, channel_id)
+        async with self.ctx.store.read() as tx:
+            t = tx.table("tasks").c
+            return await tx.select(
+                "tasks", t.channel_id == channel_id, order_by=[t.id.desc()], limit=n
+            )
 
     async def invocations(self, caller: Principal, task_id: str) -> list[Invocation]:
         await self.get(caller, task_id)

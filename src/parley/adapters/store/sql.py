@@ -295,6 +295,11 @@ class SqlTx:
     def table(self, name: str) -> Any:
         return _RECORDS[name][0]
 
+    async def count(self, name: str, *where: Any) -> int:
+        table, _ = _RECORDS[name]
+        stmt = select(func.count()).select_from(table).where(*where)
+        return int((await self._exec(stmt)).scalar_one())
+
     async def page(
         self, name: str, *where: Any, key: str, limit: int, max_bytes: int | None
     ) -> Page[Any]:
@@ -520,19 +525,42 @@ class SqlTx:
                 ],
             )
 
-    async def channels_of(self, member_id: str | None) -> list[Channel]:
+    async def channels_page(
+        self,
+        member_id: str | None,
+        *,
+        after: str | None,
+        kinds: Sequence[str] | None,
+        limit: int,
+        max_bytes: int | None,
+    ) -> Page[Channel]:
         c = s.channels.c
-        if member_id is None:
-            rows: list[Channel] = await self.select("channels", order_by=[c.created])
-        else:
+        where: list[Any] = [c.status != "deleted"]
+        if member_id is not None:
             cm = s.channel_members.c
             sub = select(cm.channel_id).where(cm.member_id == member_id)
-            rows = await self.select(
-                "channels", or_(c.id.in_(sub), c.created_by == member_id), order_by=[c.created]
+            where.append(or_(c.id.in_(sub), c.created_by == member_id))
+        if kinds is not None:
+            where.append(c.kind.in_(list(kinds)))
+        if after is not None:
+            where.append(c.id > after)
+        page: Page[Channel] = await self._page(
+            "channels", where, key="id", limit=limit, max_bytes=max_bytes
+        )
+        if page.rows:
+            # Every member of the page's channels in one query, not one query per channel.
+            cm = s.channel_members.c
+            found = await self._exec(
+                select(cm.channel_id, cm.member_id)
+                .where(cm.channel_id.in_([ch.id for ch in page.rows]))
+                .order_by(cm.channel_id, cm.position)
             )
-        for ch in rows:
-            ch.members = await self.channel_members(ch.id)
-        return rows
+            members: dict[str, list[str]] = {}
+            for channel_id, member in found.all():
+                members.setdefault(channel_id, []).append(member)
+            for ch in page.rows:
+                ch.members = members.get(ch.id, [])
+        return page
 
     async def next_channel_seq(
         self, channel_id: str, *, trigger_id: str | None = None, now: datetime | None = None

@@ -20,10 +20,12 @@ from parley.service.tools.registry import ToolCall, agent_tool, without_empty
 from parley.service.turns import MAX_WAIT_S
 
 READ_LIMIT = 500
+LIST_LIMIT = 1000
 
 LIST_CHANNELS = """\
-The channels you are a member of: your work channel (where you are woken), groups and \
-discussions (with initiator, status and, once closed, summaryPath)."""
+Your channels (member or creator), oldest first: your work channel (where you are woken), groups \
+and discussions (initiator, status, summaryPath once closed). If the result says more, call \
+again with after=next_after."""
 
 READ_CHANNEL = """\
 Read a channel's messages in order. Without since_seq: the latest `limit`; with since_seq: the \
@@ -125,9 +127,19 @@ def answered_view(turn: PendingTurn) -> dict[str, Any]:
 
 
 @agent_tool(LIST_CHANNELS)
-async def list_channels(call: ToolCall) -> dict[str, Any]:
-    channels = [channel_view(c) for c in await call.hub.channels.visible(call.caller)]
-    return {"channels": channels, "count": len(channels)}
+async def list_channels(
+    call: ToolCall,
+    after: Annotated[str | None, Field(max_length=64, description="next_after")] = None,
+    limit: Annotated[int, Field(ge=1, le=LIST_LIMIT)] = 100,
+) -> dict[str, Any]:
+    page = await call.hub.channels.page(call.caller, after=after, limit=limit)
+    result: dict[str, Any] = {
+        "channels": [channel_view(c) for c in page.rows],
+        "count": len(page.rows),
+    }
+    if page.more and page.rows:
+        result.update(more=True, next_after=page.rows[-1].id)
+    return result
 
 
 @agent_tool(READ_CHANNEL)

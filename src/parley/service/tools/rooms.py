@@ -125,13 +125,13 @@ async def own_room(call: ToolCall, action: str, argument: str = "room_id") -> st
             f"{caller.id!r} belongs to no room; pass {argument} to {action}",
             code=f"{argument}_required",
         )
-    rooms = await call.hub.rooms.visible(caller)
-    if not rooms:
+    room = await call.hub.rooms.room_of(caller)
+    if room is None:
         raise PermissionDenied(
             f"{caller.id!r} is in no room and may not {action}; join_room first",
             code="not_a_room_member",
         )
-    return rooms[0].id
+    return room.id
 
 
 @agent_tool(JOIN_ROOM)

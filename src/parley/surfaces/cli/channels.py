@@ -97,8 +97,8 @@ def render_posted(data: dict[str, Any]) -> None:
 
 @channel_app.command("list")
 def list_channels(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Channels you can see."""
-    channels = client(ctx).get("/v1/channels")
+    """Channels you are a member of or created (all, for the operator)."""
+    channels = [c for page, _ in client(ctx).pages("/v1/channels") for c in page]
     columns = ["id", "name", "kind", "status", "members", "messages"]
     emit(ctx, as_json, channels, lambda cs: table("channels", columns, channel_rows(cs)))
 
@@ -308,7 +308,7 @@ def task_cancel(ctx: typer.Context, task_id: TaskId, as_json: JsonFlag = False) 
 @channel_app.command("tasks")
 def tasks(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False) -> None:
     """A channel's discussion tasks, newest last."""
-    rows = client(ctx).get(f"/v1/channels/{channel_id}/tasks")
+    rows = [t for page, _ in client(ctx).pages(f"/v1/channels/{channel_id}/tasks") for t in page]
     emit(
         ctx,
         as_json,

@@ -113,7 +113,7 @@ def status(ctx: typer.Context, channel_id: ChannelId, as_json: JsonFlag = False)
     """A discussion's state: initiator, origin, guide, summary, and its latest task."""
     hub = client(ctx)
     channel = hub.get(f"/v1/channels/{channel_id}")
-    tasks = hub.get(f"/v1/channels/{channel_id}/tasks")
+    tasks = [t for page, _ in hub.pages(f"/v1/channels/{channel_id}/tasks") for t in page]
 
     def render(_: Any) -> None:
         meta = channel.get("metadata") or {}
@@ -277,8 +277,8 @@ def group_watch(
 
 @group_app.command("list")
 def group_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Group channels you can see."""
-    groups = [c for c in client(ctx).get("/v1/channels") if c.get("kind") == "group"]
+    """Group channels you are a member of or created (all, for the operator)."""
+    groups = [c for page, _ in client(ctx).pages("/v1/im/sessions") for c in page]
     emit(
         ctx,
         as_json,

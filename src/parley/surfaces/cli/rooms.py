@@ -230,8 +230,9 @@ def create(
 
 @room_app.command("list")
 def list_rooms(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Rooms you can see: all for humans and the operator, its own for an agent."""
-    rooms = client(ctx).get("/v1/rooms")
+    """Rooms you can see: all for humans and the operator; for an agent its own and those it
+    created."""
+    rooms = [r for page, _ in client(ctx).pages("/v1/rooms") for r in page]
     emit(
         ctx,
         as_json,
@@ -251,6 +252,16 @@ def list_rooms(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             ],
         ),
     )
+
+
+@room_app.command("delete")
+def delete(ctx: typer.Context, room_id: RoomId, as_json: JsonFlag = False) -> None:
+    """Delete an empty room you created (the operator: any empty room).
+
+    Members leave first; its meetings stay on the record."""
+    client(ctx).delete(f"/v1/rooms/{room_id}")
+    deleted = {"room_id": room_id, "deleted": True}
+    emit(ctx, as_json, deleted, lambda d: console.print(Text(f"room {room_id} deleted")))
 
 
 @room_app.command("show")
@@ -342,7 +353,7 @@ def convene(
 @room_app.command("meetings")
 def meetings(ctx: typer.Context, room_id: RoomId, as_json: JsonFlag = False) -> None:
     """A room's meetings, oldest first."""
-    rows = client(ctx).get(f"/v1/rooms/{room_id}/meetings")
+    rows = [m for page, _ in client(ctx).pages(f"/v1/rooms/{room_id}/meetings") for m in page]
     emit(ctx, as_json, rows, lambda ms: table("meetings", MEETING_COLUMNS, meeting_rows(ms)))
 
 
@@ -471,7 +482,7 @@ def pulse(
     meeting; the log has one entry per change of conclusion."""
     hub = client(ctx)
     if log:
-        rows = hub.get(f"/v1/rooms/{room_id}/pulse")
+        rows = [e for page, _ in hub.pages(f"/v1/rooms/{room_id}/pulse") for e in page]
         emit(
             ctx,
             as_json,

@@ -120,8 +120,8 @@ def print_backlog(view: TranscriptView, hub: HubClient, channel_id: str, latest:
 
 
 def running_tasks(hub: HubClient, channel_id: str) -> set[str]:
-    tasks = hub.get(f"/v1/channels/{channel_id}/tasks")
-    return {t["id"] for t in tasks if t.get("status") != "finished"}
+    pages = hub.pages(f"/v1/channels/{channel_id}/tasks")
+    return {t["id"] for page, _ in pages for t in page if t.get("status") != "finished"}
 
 
 def watch_channel(

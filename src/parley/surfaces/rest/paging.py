@@ -9,6 +9,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 from fastapi import Query, Request, Response
 
 from parley.core.limits import MAX_SEQ
+from parley.core.ports import Page
 
 NEXT_DESCRIPTION = (
     'More rows follow: `Link: <url>; rel="next"` gives the same query from after the last row. '
@@ -29,7 +30,12 @@ class _SeqRow(Protocol):
     seq: int
 
 
+class _IdRow(Protocol):
+    id: str
+
+
 Row = TypeVar("Row", bound=_SeqRow)
+IdRow = TypeVar("IdRow", bound=_IdRow)
 
 
 class SeqWindow:
@@ -51,3 +57,22 @@ class SeqWindow:
         if rows and self.latest is None:
             link_next(request, response, more, after_seq=rows[-1].seq)
         return rows
+
+
+class IdWindow:
+    """The query of a list in id order (rooms, channels, a room's meetings, a channel's tasks):
+    from after an id (``after``) one page at a time."""
+
+    def __init__(
+        self,
+        after: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> None:
+        self.after = after
+        self.limit = limit
+
+    def rows(self, request: Request, response: Response, page: Page[IdRow]) -> list[IdRow]:
+        """The page's rows, with a ``Link`` to the next page when more follow."""
+        if page.rows:
+            link_next(request, response, page.more, after=page.rows[-1].id)
+        return page.rows

@@ -3,9 +3,9 @@ the actions on them — post as a human, cancel a task, force-close a discussion
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
@@ -21,28 +21,38 @@ router = APIRouter()
 
 BACKLOG = 200
 TASKS_SHOWN = 5
+CHANNELS_SHOWN = 100
+After = Annotated[str | None, Query(min_length=1, max_length=64)]
 
 
 async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> list[Task]:
     """The newest tasks first, each with its snapshot, round x/y and end reason."""
-    tasks = await hub.tasks.of_channel(viewer, channel_id)
-    return list(reversed(tasks[-TASKS_SHOWN:]))
+    return await hub.tasks.latest_of_channel(viewer, channel_id, TASKS_SHOWN)
+
+
+async def _channels(hub: Hub, viewer: Principal, after: str | None) -> dict[str, Any]:
+    """One page of the viewer's channels, and where the next one starts (None: the last)."""
+    found = await hub.channels.page(viewer, after=after, limit=CHANNELS_SHOWN)
+    following = found.rows[-1].id if found.more and found.rows else None
+    return {"channels": found.rows, "after": after, "following": following}
 
 
 @router.get("/channels", response_class=HTMLResponse)
-async def channel_list(request: Request, viewer: ViewerDep) -> HTMLResponse:
-    channels = await hub_of(request).channels.visible(viewer.principal)
-    return page(request, viewer, "channels.html", channels=channels)
+async def channel_list(request: Request, viewer: ViewerDep, after: After = None) -> HTMLResponse:
+    listed = await _channels(hub_of(request), viewer.principal, after)
+    return page(request, viewer, "channels.html", **listed)
 
 
 @router.get("/channels/live")
-async def channel_list_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
-    """The channel list again when a channel is created, changed or gets a message."""
+async def channel_list_live(
+    request: Request, viewer: ViewerDep, after: After = None
+) -> EventSourceResponse:
+    """The page of the channel list again when a channel is created, changed or gets a
+    message."""
     hub = hub_of(request)
 
     async def render() -> str:
-        channels = await hub.channels.visible(viewer.principal)
-        return fragment("_channels.html", channels=channels)
+        return fragment("_channels.html", **await _channels(hub, viewer.principal, after))
 
     relevant = about_events("channel.", "discussion.")
     return panel(request, viewer, ["hub"], "channels", render, relevant=relevant)

@@ -5,12 +5,14 @@ the meeting has adjourned."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core.errors import PermissionDenied
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
@@ -26,14 +28,25 @@ router = APIRouter()
 
 BACKLOG = 200
 DECISIONS = ("meeting.moderator", "meeting.moderator_fallback")
+ROOMS_SHOWN = 50
+After = Annotated[str | None, Query(min_length=1, max_length=64)]
 
 
-async def _rooms(hub: Hub, viewer: Principal) -> list[dict[str, Any]]:
+async def _rooms(hub: Hub, viewer: Principal, after: str | None) -> dict[str, Any]:
+    """One page of the rooms the viewer sees, each with its members and latest meeting, and
+    where the next page starts (None: the last)."""
+    found = await hub.rooms.page(viewer, after=after, limit=ROOMS_SHOWN)
     rooms = []
-    for room in await hub.rooms.visible(viewer):
-        status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
-        rooms.append({"room": room, "members": status.members, "meeting": status.meeting})
-    return rooms
+    for room in found.rows:
+        members: list[Any] = []
+        meeting = None
+        # An agent also sees the rooms it created; only its own room's records.
+        with contextlib.suppress(PermissionDenied):
+            status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
+            members, meeting = status.members, status.meeting
+        rooms.append({"room": room, "members": members, "meeting": meeting})
+    following = found.rows[-1].id if found.more and found.rows else None
+    return {"rooms": rooms, "after": after, "following": following}
 
 
 async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any]:
@@ -58,19 +71,20 @@ async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any
 
 
 @router.get("/meetings", response_class=HTMLResponse)
-async def meeting_rooms(request: Request, viewer: ViewerDep) -> HTMLResponse:
-    rooms = await _rooms(hub_of(request), viewer.principal)
-    return page(request, viewer, "rooms.html", rooms=rooms)
+async def meeting_rooms(request: Request, viewer: ViewerDep, after: After = None) -> HTMLResponse:
+    listed = await _rooms(hub_of(request), viewer.principal, after)
+    return page(request, viewer, "rooms.html", **listed)
 
 
 @router.get("/meetings/live")
-async def meeting_rooms_live(request: Request, viewer: ViewerDep) -> EventSourceResponse:
-    """The rooms again when a room, a member or a meeting changes."""
+async def meeting_rooms_live(
+    request: Request, viewer: ViewerDep, after: After = None
+) -> EventSourceResponse:
+    """The page of rooms again when a room, a member or a meeting changes."""
     hub = hub_of(request)
 
     async def render() -> str:
-        rooms = await _rooms(hub, viewer.principal)
-        return fragment("_rooms.html", rooms=rooms)
+        return fragment("_rooms.html", **await _rooms(hub, viewer.principal, after))
 
     relevant = about_events("room.", "meeting.")
     return panel(request, viewer, ["hub"], "rooms", render, relevant=relevant)

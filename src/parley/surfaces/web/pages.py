@@ -46,31 +46,26 @@ async def _summaries(hub: Hub, viewer: Principal, agents: list[Principal]) -> li
 
 
 async def _running_tasks(hub: Hub, viewer: Principal) -> list[Task]:
-    visible = {c.id: c for c in await hub.channels.visible(viewer)}
-    running = [live.task for live in hub.tasks.live.values() if live.task.channel_id in visible]
-    return sorted(running, key=lambda t: t.id)
+    running = [live.task for live in hub.tasks.live.values()]
+    visible = await hub.channels.visible_among(viewer, {t.channel_id for t in running})
+    return sorted((t for t in running if t.channel_id in visible), key=lambda t: t.id)
 
 
 async def _recent_failures(hub: Hub, viewer: Principal) -> list[Task]:
     """The newest tasks that failed or were interrupted, in channels the viewer may see."""
-    visible = {c.id for c in await hub.channels.visible(viewer)}
     async with hub.store.read() as tx:
         t = tx.table("tasks").c
         rows: list[Task] = await tx.select(
             "tasks", t.end_reason.in_(FAILED_ENDS), order_by=[t.id.desc()], limit=RECENT * 5
         )
+    visible = await hub.channels.visible_among(viewer, {task.channel_id for task in rows})
     return [task for task in rows if task.channel_id in visible][:RECENT]
 
 
 async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
     agents = await _agents(hub, viewer)
     working = {m for live in hub.tasks.live.values() for m in live.task.members}
-    rooms = await hub.rooms.visible(viewer)
-    meetings = []
-    for room in rooms:
-        status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
-        if status.meeting is not None:
-            meetings.append(status.meeting)
+    meetings = await hub.meetings.latest(viewer, RECENT)
     workers = await hub.workers.listing(viewer, limit=RECENT)
     return {
         "agents": agents,

@@ -14,7 +14,7 @@ from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableText
 from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
-from parley.surfaces.rest.paging import NEXT_DESCRIPTION, SeqWindow, link_next
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, IdWindow, SeqWindow, link_next
 from parley.surfaces.rest.sse import (
     PAGE_ROWS,
     BackfillPage,
@@ -93,10 +93,23 @@ async def create_private_channel(
     )
 
 
-@router.get("/v1/channels", response_model=list[Channel], tags=["channels"])
-async def list_channels(caller: Caller, hub: HubDep) -> list[Channel]:
-    """Channels the caller is a member of (all, for the operator)."""
-    return await hub.channels.visible(caller)
+@router.get(
+    "/v1/channels",
+    response_model=list[Channel],
+    tags=["channels"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def list_channels(
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[Channel]:
+    """Channels the caller is a member of or created (all, for the operator), oldest first. A
+    page that does not end the list carries a ``Link`` to the next (``after``)."""
+    page = await hub.channels.page(caller, after=window.after, limit=window.limit)
+    return window.rows(request, response, page)
 
 
 @router.get("/v1/channels/{channel_id}", response_model=Channel, tags=["channels"])
@@ -236,9 +249,25 @@ async def force_close(channel_id: str, body: CloseRequest, caller: Caller, hub: 
 
 
 # -- tasks -------------------------------------------------------------------------------------
-@router.get("/v1/channels/{channel_id}/tasks", response_model=list[Task], tags=["tasks"])
-async def channel_tasks(channel_id: str, caller: Caller, hub: HubDep) -> list[Task]:
-    return await hub.tasks.of_channel(caller, channel_id)
+@router.get(
+    "/v1/channels/{channel_id}/tasks",
+    response_model=list[Task],
+    tags=["tasks"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def channel_tasks(
+    channel_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[Task]:
+    """The channel's tasks, oldest first, one page at a time (``Link`` to the next)."""
+    page = await hub.tasks.of_channel_page(
+        caller, channel_id, after=window.after, limit=window.limit
+    )
+    return window.rows(request, response, page)
 
 
 @router.get("/v1/tasks/{task_id}", response_model=Task, tags=["tasks"])
@@ -273,9 +302,22 @@ async def create_group(body: GroupSessionRequest, caller: Caller, hub: HubDep) -
     )
 
 
-@router.get("/v1/im/sessions", response_model=list[Channel], tags=["groups"])
-async def list_groups(caller: Caller, hub: HubDep) -> list[Channel]:
-    return [c for c in await hub.channels.visible(caller) if c.kind == "group"]
+@router.get(
+    "/v1/im/sessions",
+    response_model=list[Channel],
+    tags=["groups"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def list_groups(
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[Channel]:
+    """The group channels of ``GET /v1/channels``, one page at a time."""
+    page = await hub.channels.page(caller, after=window.after, limit=window.limit, kinds=("group",))
+    return window.rows(request, response, page)
 
 
 @router.get("/v1/im/sessions/{channel_id}", response_model=Channel, tags=["groups"])
@@ -334,6 +376,22 @@ async def group_messages(
     return page.rows
 
 
-@router.get("/v1/im/sessions/{channel_id}/tasks", response_model=list[Task], tags=["groups"])
-async def group_tasks(channel_id: str, caller: Caller, hub: HubDep) -> list[Task]:
-    return await hub.tasks.of_channel(caller, channel_id)
+@router.get(
+    "/v1/im/sessions/{channel_id}/tasks",
+    response_model=list[Task],
+    tags=["groups"],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def group_tasks(
+    channel_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[Task]:
+    """The group's tasks, one page at a time (see ``GET /v1/channels/{id}/tasks``)."""
+    page = await hub.tasks.of_channel_page(
+        caller, channel_id, after=window.after, limit=window.limit
+    )
+    return window.rows(request, response, page)

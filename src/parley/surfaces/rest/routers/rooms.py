@@ -15,13 +15,14 @@ from parley.core.channels import ChannelMessage
 from parley.core.identity import Principal
 from parley.core.limits import StorableText
 from parley.core.meetings import roll_call
+from parley.core.redact import redact_config
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
 from parley.service.channels import channel_topic
 from parley.service.meetings import ConveneSpec
 from parley.service.rooms import MemberView, RoomSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
-from parley.surfaces.rest.paging import NEXT_DESCRIPTION, SeqWindow
+from parley.surfaces.rest.paging import NEXT_DESCRIPTION, IdWindow, SeqWindow
 from parley.surfaces.rest.sse import (
     PAGE_ROWS,
     BackfillPage,
@@ -44,10 +45,13 @@ class RoomOut(BaseModel):
 
 def room_out(caller: Principal, room: Room) -> RoomOut:
     config = room.config
-    if not caller.is_operator:
-        # A moderator runtime may hold a key: others learn only its kind.
-        kind = config.moderator_runtime.get("kind", "none")
-        config = config.model_copy(update={"moderator_runtime": {"kind": kind}})
+    # A moderator runtime may hold a key: nobody reads it back (the operator sees the config
+    # with its secrets redacted, as an agent's runtime; others learn only its kind).
+    if caller.is_operator:
+        runtime = redact_config(config.moderator_runtime)
+    else:
+        runtime = {"kind": config.moderator_runtime.get("kind", "none")}
+    config = config.model_copy(update={"moderator_runtime": runtime})
     return RoomOut(
         id=room.id, name=room.name, created_by=room.created_by, created=room.created, config=config
     )
@@ -281,15 +285,34 @@ async def create_room(body: RoomSpec, caller: Caller, hub: HubDep) -> RoomOut:
     return room_out(caller, await hub.rooms.create(caller, body))
 
 
-@router.get("/v1/rooms", response_model=list[RoomOut])
-async def list_rooms(caller: Caller, hub: HubDep) -> list[RoomOut]:
-    """Rooms the caller sees: all for humans and the operator, its own for an agent."""
-    return [room_out(caller, r) for r in await hub.rooms.visible(caller)]
+@router.get(
+    "/v1/rooms", response_model=list[RoomOut], responses={200: {"description": NEXT_DESCRIPTION}}
+)
+async def list_rooms(
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[RoomOut]:
+    """Rooms the caller sees, oldest first: all for humans and the operator, its own room and
+    those it created for an agent. A page that does not end the list carries a ``Link`` to the
+    next (``after``)."""
+    page = await hub.rooms.page(caller, after=window.after, limit=window.limit)
+    return [room_out(caller, r) for r in window.rows(request, response, page)]
 
 
 @router.get("/v1/rooms/{room_id}", response_model=RoomOut)
 async def get_room(room_id: str, caller: Caller, hub: HubDep) -> RoomOut:
     return room_out(caller, await hub.rooms.get(caller, room_id))
+
+
+@router.delete("/v1/rooms/{room_id}", status_code=204)
+async def delete_room(room_id: str, caller: Caller, hub: HubDep) -> Response:
+    """Its creator or the operator deletes an empty room (members leave first). Its meetings
+    stay on the record, readable by id; its board goes with it."""
+    await hub.rooms.delete(caller, room_id)
+    return Response(status_code=204)
 
 
 @router.get("/v1/rooms/{room_id}/members", response_model=list[MemberOut])
@@ -320,9 +343,22 @@ async def convene(room_id: str, body: ConveneSpec, caller: Caller, hub: HubDep) 
     return meeting_view(await hub.meetings.convene(caller, room_id, body))
 
 
-@router.get("/v1/rooms/{room_id}/meetings", response_model=list[MeetingView])
-async def meetings(room_id: str, caller: Caller, hub: HubDep) -> list[MeetingView]:
-    return [meeting_view(m) for m in await hub.meetings.of_room(caller, room_id)]
+@router.get(
+    "/v1/rooms/{room_id}/meetings",
+    response_model=list[MeetingView],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def meetings(
+    room_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[MeetingView]:
+    """The room's meetings, oldest first, one page at a time (``Link`` to the next)."""
+    page = await hub.meetings.of_room_page(caller, room_id, after=window.after, limit=window.limit)
+    return [meeting_view(m) for m in window.rows(request, response, page)]
 
 
 @router.get("/v1/rooms/{room_id}/briefs", response_model=list[Brief])
@@ -338,7 +374,19 @@ async def pulse(room_id: str, caller: Caller, hub: HubDep) -> PulseOut:
     return PulseOut.model_validate(await hub.pulse.pulse(caller, room_id), from_attributes=True)
 
 
-@router.get("/v1/rooms/{room_id}/pulse", response_model=list[PulseEntry])
-async def pulse_log(room_id: str, caller: Caller, hub: HubDep) -> list[PulseEntry]:
-    """The room's pulse log: one entry per change of conclusion."""
-    return await hub.pulse.log(caller, room_id)
+@router.get(
+    "/v1/rooms/{room_id}/pulse",
+    response_model=list[PulseEntry],
+    responses={200: {"description": NEXT_DESCRIPTION}},
+)
+async def pulse_log(
+    room_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    hub: HubDep,
+    window: Annotated[IdWindow, Depends()],
+) -> list[PulseEntry]:
+    """The room's pulse log: one entry per change of conclusion, one page at a time."""
+    page = await hub.pulse.log_page(caller, room_id, after=window.after, limit=window.limit)
+    return window.rows(request, response, page)
