@@ -1,5 +1,6 @@
 """A live panel shared by the streams of one viewer: a change that arrives while the panel renders
-makes one more render, so the last state is always shown."""
+makes one more render, so the last state is always shown; the panels of one principal take turns
+to render, a few times a refresh interval in all."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from parley.adapters.bus.memory import MemoryBus
-from parley.surfaces.web.feeds import LiveStreams, Panel, Stream
+from parley.surfaces.web.feeds import PRINCIPAL_RENDERS, LiveStreams, Panel, Stream
 from parley.surfaces.web.sessions import WebSessions
 
 WAIT_S = 10.0  # a hang guard only
@@ -66,3 +67,44 @@ async def test_a_change_during_a_render_makes_one_more_render() -> None:
     assert live.renders == 3
     await live.leave(stream)
     assert bus.subscriber_count("t") == 0  # nobody shows the panel: its feed is closed
+
+
+async def test_the_panels_of_a_principal_take_turns_to_render() -> None:
+    now = [100.0]
+    waits: list[float] = []
+    rendered = asyncio.Event()
+
+    async def pace(seconds: float) -> None:
+        waits.append(seconds)  # the clock does not move: every turn is counted from "now"
+
+    async def render() -> str:
+        rendered.set()
+        return "<p>panel</p>"
+
+    sessions = WebSessions()
+    hub: Any = SimpleNamespace(bus=MemoryBus())
+    live = LiveStreams(hub, sessions, per_session=8, per_principal=8, refresh_s=1.0)
+    live.pace = pace
+    live.clock = lambda: now[0]
+
+    async def show(principal: str, *names: str) -> None:
+        _, session = sessions.open(principal, principal)
+        viewer: Any = SimpleNamespace(principal=SimpleNamespace(id=principal), session=session)
+        for name in names:
+            stream = Stream(viewer)
+            live.join_panel(stream, Panel(name, Panel.key_for(viewer, name), ("t",), render))
+        async with asyncio.timeout(WAIT_S):
+            while live.renders < expected:
+                rendered.clear()
+                await rendered.wait()
+
+    spacing = 1.0 / PRINCIPAL_RENDERS
+    # Three different panels of alice, all due at once: one renders now, each other one a turn
+    # after the one before.
+    expected = 3
+    await show("alice", "one", "two", "three")
+    assert sorted(waits) == [spacing, 2 * spacing]
+    # Another principal's panel does not wait for alice's turns.
+    expected = 4
+    await show("bob", "four")
+    assert sorted(waits) == [spacing, 2 * spacing]

@@ -6,10 +6,12 @@ what its panel shows and to whom (the view, its parameters, and the principal, o
 when the panel carries the session's CSRF token): it renders the panel once per change and hands
 the same bytes to every stream that joined it. A burst of changes is rendered at once and then at
 most every ``refresh_s``; a change that arrives while a render runs makes another, so the last
-state is always shown. A transcript feed (``TranscriptFeed``) renders each new message of a
-channel once for every stream of it, whoever reads it, and when the channel's members change it
-asks again, for each reader, whether it may still read (``recheck``): a reader that may not has
-its stream ended. A principal's guard ends the streams whose token was revoked.
+state is always shown. All the panels of one principal take turns (``turn``): a few renders an
+interval in all, however many different panels it holds open. A transcript feed
+(``TranscriptFeed``) renders each new message of a channel once for every stream of it, whoever
+reads it, and when the channel's members change it asks again, for each reader, whether it may
+still read (``recheck``): a reader that may not has its stream ended. A principal's guard ends
+the streams whose token was revoked.
 
 Every stream belongs to a web session (``LiveStreams``): a session holds at most
 ``per_session`` streams and a principal at most ``per_principal`` over all its sessions (one more
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -44,6 +47,10 @@ log = logging.getLogger("parley.web")
 SseEvent = dict[str, str]
 Key = tuple[Hashable, ...]
 
+PRINCIPAL_RENDERS = 4
+"""Renders of one principal's panels, all together, in one refresh interval: with the default
+0.25 s, 16 a second however many different panels it holds open (each one refreshes at most
+four times a second)."""
 MAX_ITEMS = 1000
 """Messages a stream holds for a slow browser; past them it reads the store again."""
 ENDED = "ended"
@@ -211,9 +218,10 @@ class Panel:
 class PanelFeed(Feed):
     """One panel rendered for every stream that shows it to the same viewer."""
 
-    def __init__(self, owner: LiveStreams, panel: Panel) -> None:
+    def __init__(self, owner: LiveStreams, panel: Panel, who: str) -> None:
         super().__init__(owner, panel.key, list(panel.topics))
         self.panel = panel
+        self.who = who  # the principal it is rendered for
         self._due = asyncio.Event()  # set: a render is owed
         self._due.set()
         self._last: float | None = None
@@ -235,13 +243,13 @@ class PanelFeed(Feed):
             self._due.set()
 
     async def _render(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._due.wait()
             if self._last is not None:
-                wait = self._last + self.owner.refresh_s - loop.time()
+                wait = self._last + self.owner.refresh_s - self.owner.clock()
                 if wait > 0:
                     await self.owner.pace(wait)
+            await self.owner.turn(self.who)
             # Cleared before the store is read: a change committed during the render makes
             # another one, so the panel always ends up showing the last state.
             self._due.clear()
@@ -258,7 +266,7 @@ class PanelFeed(Feed):
                 for stream in list(self.listeners):
                     stream.fail()
                 return
-            self._last = loop.time()
+            self._last = self.owner.clock()
             self.owner.renders += 1
             for stream in list(self.listeners):
                 stream.offer(self.panel.event, html)
@@ -348,7 +356,11 @@ class LiveStreams:
         self.per_principal = per_principal
         self.refresh_s = refresh_s
         self.pace: Callable[[float], Awaitable[object]] = asyncio.sleep
-        """How a panel waits out the rest of its refresh interval (tests hold it)."""
+        """How a panel waits for its next render (tests hold it)."""
+        self.clock: Callable[[], float] = time.monotonic
+        self.principal_renders = PRINCIPAL_RENDERS
+        # When each principal's panels may render next (``turn``).
+        self._turns: dict[str, float] = {}
         self.renders = 0
         self._feeds: dict[Key, Feed] = {}
         self._of_session: dict[str, set[Stream]] = {}
@@ -392,10 +404,23 @@ class LiveStreams:
         self._join(stream, guard, lambda: _Guard(self, guard, topics))
 
     def join_panel(self, stream: Stream, panel: Panel) -> None:
-        self._join(stream, panel.key, lambda: PanelFeed(self, panel))
+        who = stream.viewer.principal.id
+        self._join(stream, panel.key, lambda: PanelFeed(self, panel, who))
 
     def join_transcript(self, stream: Stream, transcript: Transcript) -> None:
         self._join(stream, transcript.key, lambda: TranscriptFeed(self, transcript))
+
+    async def turn(self, who: str) -> None:
+        """Wait for the principal's next render: its panels, all of them together, render at
+        most ``principal_renders`` times a refresh interval, so that a principal holding many
+        different panels open (each coalesced on its own) still costs the hub a bounded share."""
+        if not self.refresh_s:
+            return
+        now = self.clock()
+        at = max(now, self._turns.get(who, now))
+        self._turns[who] = at + self.refresh_s / self.principal_renders
+        if at > now:
+            await self.pace(at - now)
 
     def _join(self, stream: Stream, key: Key, make: Callable[[], Feed]) -> None:
         feed = self._feeds.get(key)
@@ -416,6 +441,8 @@ class LiveStreams:
                 held.discard(stream)
                 if not held:
                     del index[key]
+        if viewer.principal.id not in self._of_principal:
+            self._turns.pop(viewer.principal.id, None)
         feeds, stream.feeds = stream.feeds, []
         for feed in feeds:
             with contextlib.suppress(Exception):
