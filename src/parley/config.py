@@ -168,8 +168,9 @@ class Settings(BaseSettings):
     ui_live_refresh_s: float = Field(
         default=0.25,
         ge=0,
-        description="Least time, in seconds, between two renders of one live panel: a burst of "
-        "changes is shown at once and then at most this often, its last state always shown.",
+        description="Least time, in seconds, between two renders of one live panel (and a "
+        "quarter of it between two renders of any of one principal's panels): a burst of changes "
+        "is shown at once and then at most this often, its last state always shown. 0: no wait.",
     )
     log_format: Literal["text", "json"] = Field(
         default="text",
