@@ -191,17 +191,44 @@ class Settings(BaseSettings):
         "event stream) before the hub ends it; the client then opens a new one.",
     )
 
-    @model_validator(mode="after")
-    def _reserve_leaves_room(self) -> Settings:
-        if self.mcp_sessions_operator_reserve >= self.mcp_sessions_max:
-            raise ValueError(
-                f"mcp_sessions_operator_reserve ({self.mcp_sessions_operator_reserve}) must be "
-                f"smaller than mcp_sessions_max ({self.mcp_sessions_max}), or only operators "
-                "could open MCP sessions; lower PARLEY_MCP_SESSIONS_OPERATOR_RESERVE or raise "
-                "PARLEY_MCP_SESSIONS_MAX"
-            )
-        return self
-
+    # -- the web UI's sessions and live streams ---------------------------------------------
+    ui_sessions_per_principal: int = Field(
+        default=20,
+        ge=1,
+        description="Web UI sessions one principal may hold; signing in once more closes that "
+        "principal's own oldest session (and its live pages), never another's.",
+    )
+    ui_sessions_max: int = Field(
+        default=10_000,
+        ge=1,
+        description="Web UI sessions the hub holds in all; once full (expired ones dropped), a "
+        "sign-in is refused 429 `ui_sessions_full` rather than signing anyone else out.",
+    )
+    ui_signins_per_minute: int = Field(
+        default=30,
+        ge=0,
+        description="Web UI sign-ins one principal may make a minute; one more is refused 429 "
+        "`signin_rate_limited` with Retry-After. 0: no limit.",
+    )
+    ui_live_streams_per_session: int = Field(
+        default=16,
+        ge=1,
+        description="Live pages (open /ui/.../live streams) one web UI session may hold; one "
+        "more is refused 429 `live_streams_exceeded` (the page shows what it loaded, not live).",
+    )
+    ui_live_streams_per_principal: int = Field(
+        default=32,
+        ge=1,
+        description="Live pages one principal may hold over all its web UI sessions; one more "
+        "is refused 429 `live_streams_exceeded`.",
+    )
+    ui_live_refresh_s: float = Field(
+        default=0.25,
+        ge=0,
+        description="Least time, in seconds, between two renders of one live panel (and a "
+        "quarter of it between two renders of any of one principal's panels): a burst of changes "
+        "is shown at once and then at most this often, its last state always shown. 0: no wait.",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text",
         description="How `parley serve` writes log records: text lines, or one JSON object a line.",
@@ -254,6 +281,17 @@ class Settings(BaseSettings):
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_model: str | None = None
+
+    @model_validator(mode="after")
+    def _reserve_leaves_room(self) -> Settings:
+        if self.mcp_sessions_operator_reserve >= self.mcp_sessions_max:
+            raise ValueError(
+                f"mcp_sessions_operator_reserve ({self.mcp_sessions_operator_reserve}) must be "
+                f"smaller than mcp_sessions_max ({self.mcp_sessions_max}), or only operators "
+                "could open MCP sessions; lower PARLEY_MCP_SESSIONS_OPERATOR_RESERVE or raise "
+                "PARLEY_MCP_SESSIONS_MAX"
+            )
+        return self
 
     def data_root(self) -> Path:
         return resolve_home(self.home)

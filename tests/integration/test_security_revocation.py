@@ -1,6 +1,7 @@
 """Rotating a principal's tokens ends what it has open with the old token: event streams (the
 inbox, a channel), a REST long poll and an MCP long poll over HTTP. Mail and posts that arrive
-after the rotation never reach the old connection."""
+after the rotation never reach the old connection. Removing a member from a channel, or deleting
+the channel, ends its streams of the channel the same way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mcp_types import CallToolResult
 
 from parley.core.errors import Unauthenticated
 from parley.core.identity import Principal
-from parley.service.channels import ChannelSpec
+from parley.service.channels import ChannelPatch, ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import revocation_topic
 from parley.service.mail import inbox_topic
@@ -197,3 +198,58 @@ async def test_rotation_ends_a_long_poll_in_the_service_layer(
         async with asyncio.timeout(READ_TIMEOUT_S):
             await poll
     assert refused.value.code == "token_revoked"
+
+
+# -- a member removed, a channel deleted ----------------------------------------------------------
+async def test_a_member_removed_from_a_channel_stops_receiving_its_stream(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, base_url: str
+) -> None:
+    bob = await make_agent("bob")
+    carol = await make_agent("carol")
+    channel = await hub.channels.create(
+        operator, ChannelSpec(name="g", members=["bob", "carol"], private=True)
+    )
+    await hub.channels.post(operator, channel.id, "before")
+    path = f"/v1/channels/{channel.id}/stream"
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=READ_TIMEOUT_S) as client,
+        client.stream("GET", path, headers={"Authorization": f"Bearer {bob.token}"}) as bobs,
+        client.stream("GET", path, headers={"Authorization": f"Bearer {carol.token}"}) as carols,
+    ):
+        bob_reader, carol_reader = EventReader(bobs), EventReader(carols)
+        for reader in (bob_reader, carol_reader):
+            first = await reader.next()
+            assert first is not None and first["data"]["content"] == "before"
+        await hub.channels.update(operator, channel.id, ChannelPatch(members=["carol"]))
+        await hub.channels.post(operator, channel.id, "after the removal")
+        events = await bob_reader.to_end()
+        # The members who stay go on receiving.
+        while (event := await carol_reader.next()) is not None:
+            if event["event"] == "message":
+                assert event["data"]["content"] == "after the removal"
+                break
+    assert [e["event"] for e in events] == ["error"], events
+    assert events[-1]["data"]["code"] == "channel_forbidden"
+
+
+async def test_deleting_a_channel_ends_its_streams(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, base_url: str
+) -> None:
+    bob = await make_agent("bob")
+    channel = await hub.channels.create(operator, ChannelSpec(name="g", members=["bob"]))
+    await hub.channels.post(operator, channel.id, "before")
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=READ_TIMEOUT_S) as client,
+        client.stream(
+            "GET",
+            f"/v1/channels/{channel.id}/stream",
+            headers={"Authorization": f"Bearer {bob.token}"},
+        ) as response,
+    ):
+        reader = EventReader(response)
+        first = await reader.next()
+        assert first is not None and first["data"]["content"] == "before"
+        await hub.channels.delete(operator, channel.id)
+        events = await reader.to_end()
+    assert [e["event"] for e in events] == ["error"], events
+    assert events[-1]["data"]["code"] == "channel_not_found"

@@ -1,7 +1,11 @@
-"""The web UI's session store: idle and absolute expiry, its bound, one-time codes."""
+"""The web UI's session store: idle and absolute expiry, its bounds (in all, per principal, sign-ins
+a minute), the ends it reports, one-time codes."""
 
 from __future__ import annotations
 
+import pytest
+
+from parley.core.errors import RateLimited
 from parley.surfaces.web.sessions import WebSessions
 
 
@@ -31,13 +35,78 @@ def test_a_session_ends_when_idle_too_long_or_too_old() -> None:
     assert sessions.find("not-a-session") is None and sessions.find(None) is None
 
 
-def test_the_store_is_bounded_and_drops_the_oldest() -> None:
-    sessions = WebSessions(max_sessions=2)
+def test_a_full_store_refuses_a_sign_in_and_signs_nobody_out() -> None:
+    clock = Clock()
+    sessions = WebSessions(clock=clock, max_sessions=2, idle_s=60)
     first, _ = sessions.open("a", "d1")
+    clock.now += 30
     second, _ = sessions.open("b", "d2")
+    with pytest.raises(RateLimited) as refused:
+        sessions.open("c", "d3")
+    assert refused.value.code == "ui_sessions_full"
+    assert refused.value.retry_after == 30  # when the first session expires
+    assert sessions.find(first) is not None and sessions.find(second) is not None
+    # Once a session has expired, its place is taken.
+    clock.now += 60
     third, _ = sessions.open("c", "d3")
-    assert sessions.find(first) is None
-    assert sessions.find(second) is not None and sessions.find(third) is not None
+    assert sessions.find(third) is not None and sessions.find(first) is None
+
+
+def test_a_principal_holding_its_most_sessions_loses_its_own_oldest() -> None:
+    sessions = WebSessions(per_principal=2)
+    ended: list[tuple[str, str]] = []
+    sessions.on_end = lambda session, reason: ended.append((session.principal_id, reason))
+    a1, first = sessions.open("a", "d")
+    a2, _ = sessions.open("a", "d")
+    b1, _ = sessions.open("b", "other")
+    a3, _ = sessions.open("a", "d")
+    assert ended == [("a", "evicted")]
+    assert sessions.find(a1) is None
+    assert all(sessions.find(s) is not None for s in (a2, a3, b1))
+    assert len(sessions.of("a")) == 2
+    assert not sessions.alive(first)
+
+
+def test_sign_ins_of_a_principal_are_rate_limited() -> None:
+    clock = Clock()
+    sessions = WebSessions(clock=clock, signins_per_minute=3)
+    browser = None
+    for _ in range(3):
+        browser, _ = sessions.open("a", "d", replacing=browser)
+        clock.now += 1
+    with pytest.raises(RateLimited) as refused:
+        sessions.open("a", "d", replacing=browser)
+    assert refused.value.code == "signin_rate_limited"
+    assert refused.value.retry_after == 57  # the first sign-in leaves the minute then
+    # The refused sign-in ended nothing, and another principal signs in meanwhile.
+    assert sessions.find(browser) is not None
+    sessions.open("b", "other")
+    clock.now += 57
+    sessions.open("a", "d", replacing=browser)
+    assert sessions.find(browser) is None  # replaced by the new one
+
+
+def test_every_end_of_a_session_is_told_with_its_reason() -> None:
+    clock = Clock()
+    sessions = WebSessions(clock=clock, idle_s=60, per_principal=1)
+    ended: list[str] = []
+    sessions.on_end = lambda session, reason: ended.append(reason)
+    one, _ = sessions.open("a", "d")
+    sessions.close(one)
+    sessions.close(one)  # twice: told once
+    two, _ = sessions.open("a", "d")
+    sessions.open("a", "d", replacing=two)
+    sessions.open("a", "d")  # one session each: the previous one is evicted
+    clock.now += 60
+    assert sessions.sweep() == 1
+    late, session = sessions.open("a", "d")
+    clock.now += 30
+    assert sessions.remaining(session) == 30
+    clock.now += 30
+    assert sessions.find(late) is None
+    sessions.open("a", "d")
+    assert sessions.end_for_token("d") == 1
+    assert ended == ["signed_out", "replaced", "evicted", "expired", "expired", "revoked"]
 
 
 def test_ending_a_tokens_sessions_leaves_others() -> None:

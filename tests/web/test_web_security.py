@@ -1,5 +1,5 @@
 """In a real Chromium: the session cookie's flags, a forged cross-site form refused, and a
-rotated token ending the session and its live stream."""
+rotated token or a sign-out ending the session and its live streams."""
 
 from __future__ import annotations
 
@@ -75,3 +75,20 @@ async def test_a_rotated_token_ends_the_session_and_its_live_stream(
     await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     await page.goto(f"{served.url}/ui/")
     await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+async def test_signing_out_ends_the_live_pages_of_that_session_at_once(
+    served: Served, context: BrowserContext, operator: Principal
+) -> None:
+    hub = served.hub
+    human = await hub.identity.create_human(operator, HumanSpec(id="hana"))
+    watching = await context.new_page()
+    async with watching.expect_response(lambda r: "/ui/overview/live" in r.url):
+        await sign_in(watching, served.url, human.token)
+    # Another tab of the same browser (the same session) signs out.
+    leaving = await context.new_page()
+    await leaving.goto(f"{served.url}/ui/channels")
+    await leaving.get_by_role("button", name="Sign out").click()
+    await expect(leaving.get_by_role("heading", name="Sign in")).to_be_visible()
+    # The open page learns at once, without a request of its own.
+    await expect(watching.get_by_role("alert")).to_contain_text("You signed out")

@@ -45,6 +45,12 @@ def channel_topic(channel_id: str) -> str:
     return f"channel:{channel_id}"
 
 
+ACCESS_CHANGED = "access"
+"""The bus item (on the channel's topic) that says who may read the channel changed: members
+were removed or the channel was deleted. Whatever follows the channel for a reader (an event
+stream, a live page) asks again whether that reader may still read it, and ends if not."""
+
+
 class ChannelSpec(BaseModel):
     """A new group or direct channel."""
 
@@ -268,6 +274,8 @@ class Channels:
                     tx, caller, [m for m in members if m not in channel.members]
                 )
                 await tx.set_members(channel_id, members)
+                if set(channel.members) - set(members):
+                    self._access_changed(tx, channel_id)
                 channel.members = members
             self.ctx.events.record(
                 tx,
@@ -279,6 +287,9 @@ class Channels:
             return channel.model_copy(update=values)
 
         return await self.ctx.store.write(job)
+
+    def _access_changed(self, tx: Tx, channel_id: str) -> None:
+        self.ctx.bus.publish_on_commit(tx, channel_topic(channel_id), {"type": ACCESS_CHANGED})
 
     async def delete(self, caller: Principal, channel_id: str) -> Channel:
         """Delete a group or direct channel (source 003's room deletion), by its creator or the
@@ -309,6 +320,7 @@ class Channels:
                     code="channel_owner_only",
                 )
             await tx.update("channels", channel_id, status="deleted")
+            self._access_changed(tx, channel_id)
             # The running task's reply is then refused at its commit (the claim requires an
             # active channel); the flag stops the loop before its next speaker.
             stopped = await runner.supersede_running(tx, channel_id)

@@ -7,6 +7,11 @@ missed. Ids are the stream's own order (inbox or channel ``seq``, event ULID).
 The backfill comes a page at a time (at most ``PAGE_ROWS`` rows and the hub's page budget in
 bytes), the next page read only once the previous one has been handed to the client: a stream of
 a big inbox holds one page, not the inbox.
+
+A stream of something whose readers can change (a channel) is given ``recheck``: when the bus
+says who may read it changed (``ACCESS_CHANGED``), the stream asks again whether its caller may,
+and if not it ends with a last ``error`` event carrying the refusal (``channel_forbidden``,
+``channel_not_found``); nothing published after the change reaches it.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 from fastapi import Request
 from sse_starlette.sse import EventSourceResponse
 
+from parley.core.errors import CallerError
 from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
+from parley.service.channels import ACCESS_CHANGED
 
 PAGE_ROWS = 200
 # Live ids a ``late_ids`` stream remembers to drop repeats: far more than can commit out of order
@@ -110,6 +117,7 @@ def stream(
     allow_equal: Callable[[SseItem], bool] | None = None,
     until: Callable[[SseItem], bool] | None = None,
     late_ids: bool = False,
+    recheck: Callable[[], Awaitable[object]] | None = None,
     ping_s: int = 15,
 ) -> EventSourceResponse:
     """Stream backfill then live items, skipping any at or before the last id sent (items for
@@ -152,6 +160,15 @@ def stream(
                 drain = getattr(sub, "get_nowait", None)
                 while drain is not None and (queued := drain()) is not None:
                     batch.append(queued)
+                # After an overflow too: the change itself may be among what was dropped.
+                if recheck is not None and any(
+                    d.get("type") in (ACCESS_CHANGED, "overflow") for d in batch
+                ):
+                    try:
+                        await recheck()
+                    except CallerError as exc:
+                        yield {"event": "error", "data": json.dumps(exc.to_dict())}
+                        return
                 # The subscription overflowed: what it dropped is in the store, read from here.
                 refill = any(d.get("type") == "overflow" for d in batch)
                 if not refill:

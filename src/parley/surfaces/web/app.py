@@ -11,11 +11,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from parley.core.errors import ParleyError
+from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.rest import errors
 from parley.surfaces.web import channels, meetings, pages, signin, workers
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
-from parley.surfaces.web.render import HERE, html
+from parley.surfaces.web.feeds import LiveStreams
+from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
 AREAS = (signin, pages, channels, meetings, workers)
@@ -41,15 +42,26 @@ async def _refused(request: Request, exc: Exception) -> Response:
     if not request.url.path.startswith(PREFIX + "/"):
         return await errors.parley_error(request, exc)
     message = f"Refused ({exc.code}): {exc.message}"
-    return html(request, "refused.html", {"message": message}, errors.status_for(exc))
+    response = html(request, "refused.html", {"message": message}, errors.status_for(exc))
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = retry_after(exc)
+    return response
 
 
 def mount(app: FastAPI, sessions: WebSessions | None = None) -> WebSessions:
     """Add the UI to ``app``, whose ``state.hub`` is the hub, after the API's error handlers
     (the ParleyError one is wrapped); returns the session store, with which ``parley demo``
     issues a one-time sign-in link."""
-    web_sessions = sessions or WebSessions()
+    settings = app.state.hub.settings
+    web_sessions = sessions or WebSessions.from_settings(settings)
     app.state.web_sessions = web_sessions
+    app.state.web_live = LiveStreams(
+        app.state.hub,
+        web_sessions,
+        per_session=settings.ui_live_streams_per_session,
+        per_principal=settings.ui_live_streams_per_principal,
+        refresh_s=settings.ui_live_refresh_s,
+    )
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     for module in AREAS:
         app.include_router(module.router, prefix=PREFIX, include_in_schema=False)

@@ -14,7 +14,7 @@ from parley.core.identity import Principal
 from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import Transcript, about_events, live, panel
+from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -55,7 +55,8 @@ async def channel_list_live(
         return fragment("_channels.html", **await _channels(hub, viewer.principal, after))
 
     relevant = about_events("channel.", "discussion.")
-    return panel(request, viewer, ["hub"], "channels", render, relevant=relevant)
+    key = Panel.key_for(viewer, "channels", after)
+    return live(request, viewer, panels=[Panel("channels", key, ("hub",), render, relevant)])
 
 
 @router.get("/channels/{channel_id}", response_class=HTMLResponse)
@@ -83,30 +84,31 @@ async def channel_live(
     last message's seq) and gets what it missed."""
     hub = hub_of(request)
     await hub.channels.get(viewer.principal, channel_id)
-    transcript = Transcript(request, after)
+    topic = channel_topic(channel_id)
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        if batch is None:
-            rows = await hub.channels.messages(
-                viewer.principal, channel_id, after_seq=transcript.seq, limit=BACKLOG
-            )
-            messages = [m.model_dump(mode="json") for m in rows]
-            task_changed = True
-        else:
-            messages = [d["message"] for d in batch if d.get("type") == "message"]
-            task_changed = any(d.get("type") == "task" for d in batch)
-        events = transcript.events(messages)
-        if task_changed:
-            tasks = await _tasks(hub, viewer.principal, channel_id)
-            events.append(
-                {
-                    "event": "tasks",
-                    "data": fragment("_tasks.html", tasks=tasks, csrf=viewer.session.csrf),
-                }
-            )
-        return events
+    async def backfill(after_seq: int) -> list[dict[str, Any]]:
+        rows = await hub.channels.messages(
+            viewer.principal, channel_id, after_seq=after_seq, limit=BACKLOG
+        )
+        return [m.model_dump(mode="json") for m in rows]
 
-    return live(request, viewer, [channel_topic(channel_id)], render)
+    async def recheck(principal: Principal) -> object:
+        return await hub.channels.get(principal, channel_id)
+
+    async def render_tasks() -> str:
+        tasks = await _tasks(hub, viewer.principal, channel_id)
+        return fragment("_tasks.html", tasks=tasks, csrf=viewer.session.csrf)
+
+    transcript = Transcript(("channel", channel_id), topic, backfill, recheck)
+    # The task panel carries the session's CSRF token (its cancel form): shared per session.
+    tasks = Panel(
+        "tasks",
+        Panel.key_for(viewer, "tasks", channel_id, session=True),
+        (topic,),
+        render_tasks,
+        lambda item: item.get("type") == "task",
+    )
+    return live(request, viewer, panels=[tasks], transcript=transcript, after=after)
 
 
 @router.get("/tasks/{task_id}/trace", response_class=HTMLResponse)

@@ -1,96 +1,53 @@
 """Live pages: server-sent events carrying HTML fragments for htmx's SSE extension.
 
-One skeleton for every live view: subscribe to the bus first, then let the view render what it
-owes the page (a backfill after the position the page was rendered at), then follow the bus. The
-view turns each batch of bus items into events; a batch that arrives while the previous one
-renders is drained and rendered once, so a busy hub costs a page one render per batch, not one
-per event. When the viewer's token is revoked the stream sends ``signout`` and ends (the page's
-``sse-close``), and the next request finds the session gone.
+One skeleton for every live view. A view describes what its page shows live: panels (each sent
+again, whole, when something it shows changed) and at most one transcript (new messages appended,
+resumable with Last-Event-ID). The stream joins the shared feeds of those (``feeds.py``: one
+render for every stream that shows the same thing to the same viewer, bursts coalesced), then
+reads, as the viewer, the messages the page does not hold yet, then sends what the feeds hand it.
+
+A session holds a bounded number of streams (one more is refused 429 ``live_streams_exceeded``
+before the response starts; the page keeps what it loaded and says it is not live). A stream ends
+with a last ``ended`` event (the page's ``sse-close``) when its session ends — signed out,
+replaced, evicted, expired, its token revoked — or when its viewer may no longer see what it
+shows (removed from the channel, the channel deleted).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from fastapi import Request
 from sse_starlette.sse import EventSourceResponse
 
-from parley.core.errors import Unauthenticated
-from parley.service.identity import TOKENS_REVOKED, revocation_topic
-from parley.surfaces.web.auth import Viewer, hub_of
-from parley.surfaces.web.render import fragment
-
-SseEvent = dict[str, str]
-Render = Callable[[list[dict[str, Any]] | None], Awaitable[list[SseEvent]]]
-"""Called with None for the catch-up after subscribing (and after the subscription overflowed:
-what it dropped is in the store), else with a batch of bus items; returns the events to send."""
-
-SIGNED_OUT = (
-    '<p class="flash" role="alert">Your session ended (the token was rotated). '
-    '<a href="/ui/signin">Sign in again</a>.</p>'
+from parley.core.errors import CallerError, RateLimited
+from parley.surfaces.web.auth import Viewer, sessions_of
+from parley.surfaces.web.feeds import (
+    ENDED,
+    SESSION_ENDED,
+    LiveStreams,
+    Panel,
+    SseEvent,
+    Stream,
+    Transcript,
+    message_html,
+    notice,
+    refused,
 )
+from parley.surfaces.web.sessions import WebSessions
+
+__all__ = ["Panel", "Position", "Transcript", "about_events", "live", "streams_of"]
 
 
-def live(
-    request: Request, viewer: Viewer, topics: Iterable[str], render: Render, *, ping_s: int = 15
-) -> EventSourceResponse:
-    hub = hub_of(request)
-    sub = hub.bus.subscribe([*topics, revocation_topic(viewer.principal.id)])
-
-    async def still_signed_in() -> bool:
-        try:
-            await hub.identity.authenticate_digest(viewer.session.token_digest)
-        except Unauthenticated:
-            return False
-        return True
-
-    async def events() -> AsyncIterator[SseEvent]:
-        try:
-            for event in await render(None):
-                yield event
-            while True:
-                batch = [await sub.get()]
-                drain = getattr(sub, "get_nowait", None)
-                while drain is not None and (queued := drain()) is not None:
-                    batch.append(queued)
-                if any(d.get("type") == TOKENS_REVOKED for d in batch) and not (
-                    await still_signed_in()
-                ):
-                    yield {"event": "signout", "data": SIGNED_OUT}
-                    return
-                overflow = any(d.get("type") == "overflow" for d in batch)
-                for event in await render(None if overflow else batch):
-                    yield event
-        finally:
-            await sub.close()
-
-    return EventSourceResponse(events(), ping=ping_s)
-
-
-def panel(
-    request: Request,
-    viewer: Viewer,
-    topics: Iterable[str],
-    event: str,
-    render: Callable[[], Awaitable[str]],
-    *,
-    relevant: Callable[[dict[str, Any]], bool] | None = None,
-) -> EventSourceResponse:
-    """A panel sent again (event ``event``) on connecting — the page was rendered before the
-    stream subscribed, and what changed in between must not be lost — and after each batch
-    holding a ``relevant`` item (every item when None)."""
-
-    async def on_batch(batch: list[dict[str, Any]] | None) -> list[SseEvent]:
-        if batch is not None and relevant is not None and not any(map(relevant, batch)):
-            return []
-        return [{"event": event, "data": await render()}]
-
-    return live(request, viewer, topics, on_batch)
+def streams_of(request: Request) -> LiveStreams:
+    found: LiveStreams = request.app.state.web_live
+    return found
 
 
 def about_events(*prefixes: str) -> Callable[[dict[str, Any]], bool]:
-    """A ``relevant`` for ``panel``: the bus items that are events whose type starts with one of
+    """A panel's ``relevant``: the bus items that are events whose type starts with one of
     ``prefixes``."""
 
     def relevant(item: dict[str, Any]) -> bool:
@@ -101,7 +58,7 @@ def about_events(*prefixes: str) -> Callable[[dict[str, Any]], bool]:
     return relevant
 
 
-class Transcript:
+class Position:
     """Where a live transcript stands: the seq of the last message the browser holds. A browser
     that reconnects sends Last-Event-ID (the last message's seq) and gets what it missed; a new
     stream starts at ``after``, the page's last message."""
@@ -110,19 +67,99 @@ class Transcript:
         resumed = request.headers.get("last-event-id", "")
         self.seq = int(resumed) if resumed.isdigit() and len(resumed) < 12 else after
 
-    def events(self, messages: list[dict[str, Any]]) -> list[SseEvent]:
-        """A ``message`` event for each message the browser does not hold yet, in order: a
+    def event(self, seq: int, html: str) -> SseEvent | None:
+        """The ``message`` event of a message the browser does not hold yet, else None: a
         message seen twice (a backfill that met the bus) is shown once."""
+        if seq <= self.seq:
+            return None  # already on the page
+        self.seq = seq
+        return {"id": str(seq), "event": "message", "data": html}
+
+
+class _Sender:
+    """What one stream sends next: the messages its browser misses (read from the store when
+    it fell behind), the new ones, and the panels that changed."""
+
+    def __init__(self, stream: Stream, position: Position, transcript: Transcript | None) -> None:
+        self.stream = stream
+        self.position = position
+        self.transcript = transcript
+
+    async def wait(self, sessions: WebSessions) -> None:
+        """Until the stream has something to send; it is ended when its session expires."""
+        stream, session = self.stream, self.stream.viewer.session
+        while not stream.wake.is_set():
+            try:
+                async with asyncio.timeout(max(sessions.remaining(session), 0)):
+                    await stream.wake.wait()
+            except TimeoutError:
+                if not sessions.alive(session):  # expired (every stream of it ends) or gone
+                    stream.end(SESSION_ENDED["expired"])
+        stream.wake.clear()
+
+    async def pending(self) -> list[SseEvent]:
         events: list[SseEvent] = []
-        for message in messages:
-            if message["seq"] <= self.seq:
-                continue  # already on the page
-            self.seq = message["seq"]
-            events.append(
-                {
-                    "id": str(message["seq"]),
-                    "event": "message",
-                    "data": fragment("_message.html", m=message),
-                }
-            )
+        stream = self.stream
+        if stream.behind and self.transcript is not None:
+            stream.behind = False
+            try:
+                rows = await self.transcript.backfill(self.position.seq)
+            except CallerError as exc:
+                stream.end(refused(exc))  # the viewer may no longer read the transcript
+                return []
+            messages = [(int(m["seq"]), message_html(m)) for m in rows]
+            events += self._messages(messages)
+        events += self._messages(stream.take_items())
+        events += stream.take_panels()
         return events
+
+    def _messages(self, messages: list[tuple[int, str]]) -> list[SseEvent]:
+        return [e for seq, html in messages if (e := self.position.event(seq, html)) is not None]
+
+
+def live(
+    request: Request,
+    viewer: Viewer,
+    *,
+    panels: Iterable[Panel] = (),
+    transcript: Transcript | None = None,
+    after: int = 0,
+    ping_s: int = 15,
+) -> EventSourceResponse:
+    """The live stream of a page: ``panels`` again whenever they change and, with
+    ``transcript``, each message after ``after`` (or Last-Event-ID)."""
+    streams = streams_of(request)
+    sessions = sessions_of(request)
+    streams.check(viewer)  # refused before the response starts: 429 with its code
+    position = Position(request, after)
+    shown = list(panels)
+
+    async def events() -> AsyncIterator[SseEvent]:
+        stream = Stream(viewer)
+        try:
+            streams.enter(stream)
+        except RateLimited as exc:  # others opened meanwhile
+            yield {"event": ENDED, "data": notice(f"{exc.message} ({exc.code}).")}
+            return
+        sender = _Sender(stream, position, transcript)
+        try:
+            # Join first, then read the store: a message appended in between is seen twice at
+            # worst (and shown once), never missed.
+            for panel in shown:
+                streams.join_panel(stream, panel)
+            if transcript is not None:
+                streams.join_transcript(stream, transcript)
+                stream.fall_behind()
+            while True:
+                await sender.wait(sessions)
+                if stream.ending is not None:
+                    yield {"event": ENDED, "data": stream.ending}
+                    return
+                if stream.failed:
+                    return
+                for event in await sender.pending():
+                    yield event
+        finally:
+            await streams.leave(stream)
+
+    return EventSourceResponse(events(), ping=ping_s)

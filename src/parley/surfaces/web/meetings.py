@@ -21,7 +21,7 @@ from parley.service.channels import channel_topic
 from parley.service.hub import Hub
 from parley.service.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import Transcript, about_events, live, panel
+from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -87,7 +87,8 @@ async def meeting_rooms_live(
         return fragment("_rooms.html", **await _rooms(hub, viewer.principal, after))
 
     relevant = about_events("room.", "meeting.")
-    return panel(request, viewer, ["hub"], "rooms", render, relevant=relevant)
+    key = Panel.key_for(viewer, "rooms", after)
+    return live(request, viewer, panels=[Panel("rooms", key, ("hub",), render, relevant)])
 
 
 @router.get("/meetings/{meeting_id}", response_class=HTMLResponse)
@@ -112,36 +113,33 @@ async def meeting_live(
 ) -> EventSourceResponse:
     hub = hub_of(request)
     meeting = await hub.meetings.get(viewer.principal, meeting_id)
-    transcript = Transcript(request, after)
+    topic = channel_topic(meeting.channel_id)
     subject = f"meeting:{meeting_id}"
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        if batch is None:
-            page_ = await hub.meetings.transcript(
-                viewer.principal, meeting_id, after_seq=transcript.seq, limit=BACKLOG
-            )
-            messages = [m.model_dump(mode="json") for m in page_.rows]
-            changed = True
-        else:
-            messages = [d["message"] for d in batch if d.get("type") == "message"]
-            changed = any(
-                d.get("type") in ("meeting", "message")
-                or (d.get("type") == "event" and d["event"].get("subject") == subject)
-                for d in batch
-            )
-        events = transcript.events(messages)
-        if changed:
-            current = await hub.meetings.get(viewer.principal, meeting_id)
-            state = await _state(hub, viewer.principal, current)
-            events.append(
-                {
-                    "event": "state",
-                    "data": fragment("_meeting_state.html", csrf=viewer.session.csrf, **state),
-                }
-            )
-        return events
+    async def backfill(after_seq: int) -> list[dict[str, Any]]:
+        page_ = await hub.meetings.transcript(
+            viewer.principal, meeting_id, after_seq=after_seq, limit=BACKLOG
+        )
+        return [m.model_dump(mode="json") for m in page_.rows]
 
-    return live(request, viewer, [channel_topic(meeting.channel_id), "hub"], render)
+    async def recheck(principal: Principal) -> object:
+        return await hub.meetings.get(principal, meeting_id)
+
+    async def render_state() -> str:
+        current = await hub.meetings.get(viewer.principal, meeting_id)
+        state = await _state(hub, viewer.principal, current)
+        return fragment("_meeting_state.html", **state)
+
+    def changed(item: dict[str, Any]) -> bool:
+        return item.get("type") in ("meeting", "message") or (
+            item.get("type") == "event" and item["event"].get("subject") == subject
+        )
+
+    transcript = Transcript(("meeting", meeting_id), topic, backfill, recheck)
+    state = Panel(
+        "state", Panel.key_for(viewer, "meeting", meeting_id), (topic, "hub"), render_state, changed
+    )
+    return live(request, viewer, panels=[state], transcript=transcript, after=after)
 
 
 @router.post("/meetings/convene")

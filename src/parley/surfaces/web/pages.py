@@ -18,7 +18,7 @@ from parley.service.hub import Hub
 from parley.service.identity import require_operator
 from parley.service.mail import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
-from parley.surfaces.web.live import about_events, live, panel
+from parley.surfaces.web.live import Panel, about_events, live
 from parley.surfaces.web.render import fragment, page
 
 router = APIRouter()
@@ -97,8 +97,14 @@ async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceRespo
     async def render() -> str:
         return fragment("_overview.html", **await _overview(hub, viewer.principal))
 
-    relevant = about_events(*OVERVIEW_EVENTS)
-    return panel(request, viewer, ["hub"], "overview", render, relevant=relevant)
+    overview = Panel(
+        "overview",
+        Panel.key_for(viewer, "overview"),
+        ("hub",),
+        render,
+        about_events(*OVERVIEW_EVENTS),
+    )
+    return live(request, viewer, panels=[overview])
 
 
 # -- mail ------------------------------------------------------------------------------------------
@@ -172,11 +178,13 @@ async def inbox_live(
     flt = query.filter()
     await hub.mail.inbox_page(viewer.principal, owner, flt.model_copy(update={"limit": 1}))
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+    async def render() -> str:
         messages = (await hub.mail.inbox_page(viewer.principal, owner, flt)).rows
-        return [{"event": "inbox", "data": fragment("_inbox.html", messages=messages)}]
+        return fragment("_inbox.html", messages=messages)
 
-    return live(request, viewer, [inbox_topic(owner)], render)
+    what = ("inbox", owner, query.status, query.kind, query.from_id, query.archived)
+    inbox = Panel("inbox", Panel.key_for(viewer, *what), (inbox_topic(owner),), render)
+    return live(request, viewer, panels=[inbox])
 
 
 @router.get("/mail/thread/{message_id}", response_class=HTMLResponse)
@@ -230,11 +238,12 @@ async def event_log_live(
     require_operator(viewer.principal, "read the event log")
     hub = hub_of(request)
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+    async def render() -> str:
         rows = await _events(hub, type, subject, actor)
-        return [{"event": "events", "data": fragment("_events.html", events=rows)}]
+        return fragment("_events.html", events=rows)
 
-    return live(request, viewer, ["hub"], render)
+    key = Panel.key_for(viewer, "events", type, subject, actor)
+    return live(request, viewer, panels=[Panel("events", key, ("hub",), render)])
 
 
 def _events_page(

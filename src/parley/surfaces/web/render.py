@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
-from parley.core.errors import ParleyError
+from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.web.auth import PREFIX, Viewer
 
 HERE = Path(__file__).parent
@@ -102,6 +102,11 @@ def page(
         {"viewer": viewer.principal, "csrf": viewer.session.csrf, "flash": flash, **context},
         status_code,
     )
+
+
+def retry_after(exc: RateLimited) -> str:
+    """The Retry-After header of a refusal: whole seconds, at least one (as the API says)."""
+    return str(max(1, int(exc.retry_after + 0.999)))
 
 
 def fragment(name: str, **context: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from parley.core.errors import Unauthenticated
+from parley.core.errors import RateLimited, Unauthenticated
 from parley.core.identity import hash_token
 from parley.surfaces.web.auth import (
     COOKIE,
@@ -18,7 +18,7 @@ from parley.surfaces.web.auth import (
     sessions_of,
     set_session_cookie,
 )
-from parley.surfaces.web.render import html
+from parley.surfaces.web.render import html, retry_after
 
 router = APIRouter()
 
@@ -46,10 +46,19 @@ async def signin(request: Request) -> HTMLResponse | RedirectResponse:
     return _signed_in(request, principal.id, hash_token(token))
 
 
-def _signed_in(request: Request, principal_id: str, token_digest: str) -> RedirectResponse:
-    sessions = sessions_of(request)
-    sessions.close(request.cookies.get(COOKIE))  # a new sign-in replaces the old session
-    session_id, _ = sessions.open(principal_id, token_digest)
+def _signed_in(
+    request: Request, principal_id: str, token_digest: str
+) -> HTMLResponse | RedirectResponse:
+    """The new session (it replaces the browser's old one), or the form again with why the
+    sign-in was refused (too many sign-ins of this principal, or the hub's sessions full)."""
+    try:
+        session_id, _ = sessions_of(request).open(
+            principal_id, token_digest, replacing=request.cookies.get(COOKIE)
+        )
+    except RateLimited as exc:
+        refused = _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 429)
+        refused.headers["Retry-After"] = retry_after(exc)
+        return refused
     response = RedirectResponse(f"{PREFIX}/", status_code=303)
     set_session_cookie(request, response, session_id)
     return response

@@ -18,7 +18,7 @@ from parley.core.workers import Worker
 from parley.service.hub import Hub
 from parley.service.workers import WORKERS_TOPIC, SpawnSpec, StartSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
-from parley.surfaces.web.live import live, panel
+from parley.surfaces.web.live import Panel, live
 from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
@@ -92,7 +92,8 @@ async def worker_list_live(request: Request, viewer: ViewerDep) -> EventSourceRe
         workers = await hub.workers.listing(viewer.principal)
         return fragment("_workers.html", workers=workers)
 
-    return panel(request, viewer, [WORKERS_TOPIC], "workers", render)
+    key = Panel.key_for(viewer, "workers")
+    return live(request, viewer, panels=[Panel("workers", key, (WORKERS_TOPIC,), render)])
 
 
 @router.get("/workers/{worker_id}", response_class=HTMLResponse)
@@ -107,18 +108,16 @@ async def worker_live(request: Request, viewer: ViewerDep, worker_id: str) -> Ev
     hub = hub_of(request)
     await hub.workers.get(viewer.principal, worker_id)
 
-    async def render(batch: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-        # On connecting (batch None) the panel is rendered again: the page was rendered before
-        # the stream subscribed, and whatever changed in between must not be lost.
-        if batch is not None and not any(
-            d.get("type") != "event" or d["event"].get("type") in TAKEOVER_EVENTS for d in batch
-        ):
-            return []
+    async def render() -> str:
         data = await _detail(hub, viewer.principal, worker_id)
-        html = fragment("_worker.html", csrf=viewer.session.csrf, **data)
-        return [{"event": "worker", "data": html}]
+        return fragment("_worker.html", **data)
 
-    return live(request, viewer, [WORKERS_TOPIC, "hub"], render)
+    def changed(item: dict[str, Any]) -> bool:
+        return item.get("type") != "event" or item["event"].get("type") in TAKEOVER_EVENTS
+
+    key = Panel.key_for(viewer, "worker", worker_id)
+    worker = Panel("worker", key, (WORKERS_TOPIC, "hub"), render, changed)
+    return live(request, viewer, panels=[worker])
 
 
 @router.post("/workers/start")

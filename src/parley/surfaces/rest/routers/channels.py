@@ -177,7 +177,8 @@ async def channel_stream(
     channel_id: str, request: Request, caller: Caller, hub: HubDep, last_id: str | None = None
 ) -> EventSourceResponse:
     """Messages (event ``message``, id = channel seq) and task updates (event ``task``) live;
-    resumable with Last-Event-ID."""
+    resumable with Last-Event-ID. A caller removed from the channel, or whose channel is
+    deleted, gets a last ``error`` event (its refusal) at once and the stream ends."""
     await hub.channels.get(caller, channel_id)
     after = seq_position(last_event_id(request, last_id))
     last_task_seq = {"value": 0}
@@ -228,6 +229,8 @@ async def channel_stream(
         from_live=from_live,
         order=order,
         allow_equal=lambda item: item.event == "task",
+        # A member removed (or the channel deleted) stops receiving it at once.
+        recheck=lambda: hub.channels.get(caller, channel_id),
     )
 
 

@@ -8,3 +8,28 @@ document.addEventListener("htmx:sseBeforeMessage", function (evt) {
     evt.preventDefault();
   }
 });
+
+// A live page whose stream cannot open (its session holds as many live pages as it may, or the
+// hub cannot be reached) keeps what it showed when it loaded, and says so until the stream opens:
+// htmx's SSE extension tries again by itself.
+var NOT_LIVE = "Not live: this page shows what it showed when it loaded. It goes live again " +
+  "by itself once it can (close another live page of this session, or reload).";
+
+document.addEventListener("htmx:sseError", function (evt) {
+  var live = evt.target;
+  if (!live || !live.querySelector || live.querySelector(":scope > .not-live")) {
+    return;
+  }
+  var note = document.createElement("p");
+  note.className = "flash not-live";
+  note.setAttribute("role", "status");
+  note.textContent = NOT_LIVE;
+  live.prepend(note);
+});
+
+document.addEventListener("htmx:sseOpen", function (evt) {
+  var note = evt.target && evt.target.querySelector && evt.target.querySelector(":scope > .not-live");
+  if (note) {
+    note.remove();
+  }
+});
