@@ -27,7 +27,9 @@ async def run(url: str, token: str) -> None:
         mine = await call(client, "worker_status", state=["running"])
         [worker] = [w for w in mine["workers"] if w["channel_id"] == turn["channel_id"]]
         emit("dispatched", worker_id=worker["id"], channel_id=turn["channel_id"])
-        task = turn["prompt"].split("# Task from", 1)[1].split("\n\n", 2)[1].strip()
+        # The task is the sender's text, quoted by the hub: ``> `` before each line.
+        quoted = turn["prompt"].split("# Task from", 1)[1].split("\n\n", 2)[1].strip()
+        task = "\n".join(line.removeprefix(">").removeprefix(" ") for line in quoted.splitlines())
         summary = f"{me['id']} counted {len(task.split())} words in: {task}"
         done = await call(
             client,

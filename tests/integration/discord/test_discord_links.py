@@ -67,9 +67,10 @@ async def test_rotating_a_humans_token_ends_their_links_and_codes(
     assert "'maple'" in await chat.link(maple, MAPLE, thread_id=post.id)
     assert "'operator'" in await chat.link(operator, STRANGER, thread_id=post.id)
     outstanding = (await hub.bridge_links.create_code(maple)).code
-    # Linked: the command reaches the hub as maple (who may not control this worker).
+    # Linked: the command reaches the hub as maple, who may not see this worker, so to maple it
+    # does not exist.
     before = await chat.slash("spawn-child", post.id, MAPLE, prompt="x")
-    assert before.startswith("Refused (worker_forbidden)")
+    assert before.startswith("Refused (worker_not_found)")
 
     await hub.identity.issue_token(operator, "maple", rotate=True)
 
