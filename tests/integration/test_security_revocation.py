@@ -21,6 +21,7 @@ from parley.service.hub import Hub
 from parley.service.identity import revocation_topic
 from parley.service.mail import inbox_topic
 from parley.service.turns import turns_topic
+from parley.surfaces.rest import guard
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent
 from tests.integration.mail_support import send
@@ -114,6 +115,35 @@ async def test_rotation_ends_an_open_inbox_stream(
             async for line in response.aiter_lines():
                 if "after the rotation" in line:
                     break
+
+
+async def test_a_stream_ends_at_the_revocation_even_before_the_guard_hears_of_it(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    base_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guard hears revocations in a subscription of its own, which on a shared bus may be
+    served after the stream's: here it never hears one, and the stream still ends at the
+    rotation, before the mail sent after it."""
+    monkeypatch.setattr(guard, "revocation_topic", lambda principal_id: "nobody-publishes-here")
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    await send(hub, alice.principal, "bob", body="before")
+    headers = {"Authorization": f"Bearer {bob.token}"}
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=READ_TIMEOUT_S) as client,
+        client.stream("GET", "/v1/agents/bob/inbox/stream", headers=headers) as response,
+    ):
+        reader = EventReader(response)
+        first = await reader.next()
+        assert first is not None and first["data"]["body"] == "before"
+        await rotate(hub, operator, "bob")
+        await send(hub, alice.principal, "bob", body="after the rotation")
+        events = await reader.to_end()
+    assert [e["event"] for e in events] == ["error"], events
+    assert_ended_by_revocation(events)
 
 
 async def test_rotation_ends_an_open_channel_stream(

@@ -26,6 +26,10 @@ STREAM_ROUTES = frozenset(
 CALLER = "caller"
 """Where in ``request.state`` the request guard leaves the principal it authenticated."""
 
+CALLER_TOKEN = "caller_token"
+"""Where in ``request.state`` the guard leaves the token it authenticated, for an event stream
+to check again when its caller's tokens are revoked (sse.py)."""
+
 _bearer = HTTPBearer(auto_error=False, description="A parley token: 'Authorization: Bearer pt_…'")
 
 

@@ -35,7 +35,7 @@ from parley.service.identity import revocation_topic, token_revoked
 from parley.surfaces.mcp.auth import bearer_token
 from parley.surfaces.mcp.http import PATH as MCP_PATH
 from parley.surfaces.rest import errors
-from parley.surfaces.rest.deps import CALLER, STREAM_ROUTES
+from parley.surfaces.rest.deps import CALLER, CALLER_TOKEN, STREAM_ROUTES
 
 log = logging.getLogger("parley.rest")
 
@@ -226,7 +226,9 @@ class RequestGuard:
                 response.headers["Connection"] = "close"
                 await response(scope, receive, send)
                 return
-            scope.setdefault("state", {})[CALLER] = principal
+            state = scope.setdefault("state", {})
+            state[CALLER] = principal
+            state[CALLER_TOKEN] = token
         declared = declared_length(headers)
         # A request without a body gets its one empty message at once: no timer is needed.
         exchange.body_done = declared == 0 or (

@@ -12,6 +12,11 @@ A stream of something whose readers can change (a channel) is given ``recheck``:
 says who may read it changed (``ACCESS_CHANGED``), the stream asks again whether its caller may,
 and if not it ends with a last ``error`` event carrying the refusal (``channel_forbidden``,
 ``channel_not_found``); nothing published after the change reaches it.
+
+Every stream also follows its caller's token revocations in its own subscription. The request
+guard ends a stream whose token was revoked too, but from a subscription of its own, which may
+be heard after this one; here a revocation and what was published after it arrive in the order
+they were committed, so nothing published after a revocation reaches the revoked token.
 """
 
 from __future__ import annotations
@@ -26,9 +31,13 @@ from fastapi import Request
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core.errors import CallerError
+from parley.core.identity import Principal
 from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
 from parley.service.channels import ACCESS_CHANGED
+from parley.service.hub import Hub
+from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
+from parley.surfaces.rest.deps import CALLER, CALLER_TOKEN
 
 PAGE_ROWS = 200
 # Live ids a ``late_ids`` stream remembers to drop repeats: far more than can commit out of order
@@ -104,6 +113,30 @@ class _Position:
         return True
 
 
+async def _refusal_after(
+    batch: list[dict[str, Any]],
+    hub: Hub,
+    caller: Principal | None,
+    token: str | None,
+    recheck: Callable[[], Awaitable[object]] | None,
+) -> CallerError | None:
+    """Why a stream must end after ``batch``, if it must: its caller's token was revoked (or
+    cannot be confirmed, which counts as revoked), or the caller may no longer read what it
+    streams. After an overflow both are asked: the change may be among what was dropped."""
+    kinds = {d.get("type") for d in batch}
+    if caller is not None and token is not None and kinds & {TOKENS_REVOKED, "overflow"}:
+        try:
+            await hub.identity.authenticate(token)
+        except Exception:
+            return token_revoked(caller.id)
+    if recheck is not None and kinds & {ACCESS_CHANGED, "overflow"}:
+        try:
+            await recheck()
+        except CallerError as exc:
+            return exc
+    return None
+
+
 def stream(
     request: Request,
     bus: Bus,
@@ -127,8 +160,14 @@ def stream(
     ``late_ids``: ids are unique but not in commit order (event ULIDs made by several hubs
     sharing one database: an event made first may commit last). A live item is then skipped
     only if it was already sent, remembered for the last ``LATE_MEMORY`` items."""
+    hub: Hub = request.app.state.hub
+    caller: Principal | None = getattr(request.state, CALLER, None)
+    token: str | None = getattr(request.state, CALLER_TOKEN, None)
+    topics = list(topics)
+    if caller is not None and token is not None:
+        topics.append(revocation_topic(caller.id))
     sub = bus.subscribe(topics)
-    subscribers = request.app.state.hub.ctx.metrics.sse_subscribers
+    subscribers = hub.ctx.metrics.sse_subscribers
 
     async def events() -> AsyncIterator[dict[str, str]]:
         pos = _Position(after, order, allow_equal, late_ids)
@@ -160,15 +199,10 @@ def stream(
                 drain = getattr(sub, "get_nowait", None)
                 while drain is not None and (queued := drain()) is not None:
                     batch.append(queued)
-                # After an overflow too: the change itself may be among what was dropped.
-                if recheck is not None and any(
-                    d.get("type") in (ACCESS_CHANGED, "overflow") for d in batch
-                ):
-                    try:
-                        await recheck()
-                    except CallerError as exc:
-                        yield {"event": "error", "data": json.dumps(exc.to_dict())}
-                        return
+                refused = await _refusal_after(batch, hub, caller, token, recheck)
+                if refused is not None:
+                    yield {"event": "error", "data": json.dumps(refused.to_dict())}
+                    return
                 # The subscription overflowed: what it dropped is in the store, read from here.
                 refill = any(d.get("type") == "overflow" for d in batch)
                 if not refill:
