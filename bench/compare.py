@@ -35,30 +35,24 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import shutil
+import sqlite3
+import statistics
 import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-# bench/mcp.py is named like the MCP SDK's package: this directory must not shadow the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import httpx
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import contextlib  # noqa: E402
-import importlib.util  # noqa: E402
-import shutil  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import AsyncIterator, Awaitable, Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
-import httpx  # noqa: E402
-
-sys.path.append(str(HERE))
-from common import (  # noqa: E402
+from common import (
     TimedRuntime,
     filler,
     load_average,
@@ -67,12 +61,12 @@ from common import (  # noqa: E402
     run_main,
     started_hub,
 )
-from hub_server import HubProcess, machine_description, process_cpu_seconds, progress  # noqa: E402
-from mail import create_agents, mail_agents, run_load, service_round  # noqa: E402
-from mcp_client import mcp_session, result_data  # noqa: E402
-from parley.core.ids import new_ulid  # noqa: E402
-from parley.service.channels import ChannelSpec  # noqa: E402
-from parley.service.identity import AgentSpec  # noqa: E402
+from hub_server import HubProcess, machine_description, process_cpu_seconds, progress
+from mail import create_agents, mail_agents, run_load, service_round
+from mcp_client import mcp_session, result_data
+from parley.core.ids import new_ulid
+from parley.service.channels import ChannelSpec
+from parley.service.identity import AgentSpec
 
 MEMBERS = 3
 ROUNDS = 5  # 15 turns per team
