@@ -19,7 +19,8 @@ is measured alternately, reference then parley, several times, so that drift hit
   what group commit itself reaches in one Python process, so the gap to the raw floor is all the
   time parley's work per message could take at a ratio of 1. Then the pair again with both
   sides at ``synchronous=FULL`` (``PARLEY_SQLITE_SYNCHRONOUS=full``), where a commit waits for
-  the disk: ``mail_ratio_vs_raw_sqlite_full``.
+  the disk: ``mail_ratio_vs_raw_sqlite_full``, the mail ratio with a target (>= 1.5); the
+  ``synchronous=NORMAL`` ratio ``mail_ratio_vs_raw_sqlite`` is reported beside it.
 * HTTP: a Starlette route that reads a JSON body and answers a small fixed JSON body
   (``bare_http_rps``) against parley's ``POST /v1/mail`` (``parley_rest_rps``); both under
   uvicorn with the settings ``parley serve`` uses, driven by the same load process.
@@ -566,11 +567,19 @@ SECTIONS = {
 }
 TARGETS = {
     "turn_ratio_vs_autogen": ("<=", 0.5),
-    "mail_ratio_vs_raw_sqlite": (">=", 1.0),
+    # Mail is targeted where a commit waits for the disk (synchronous=FULL); at NORMAL a commit
+    # does not, and the ratio is reported, not targeted.
+    "mail_ratio_vs_raw_sqlite_full": (">=", 1.5),
     "rest_ratio_vs_bare": (">=", 0.35),
     "mcp_ratio_vs_rest": (">=", 0.5),
 }
-RATIOS = tuple(TARGETS)
+RATIOS = (
+    "turn_ratio_vs_autogen",
+    "mail_ratio_vs_raw_sqlite_full",
+    "mail_ratio_vs_raw_sqlite",
+    "rest_ratio_vs_bare",
+    "mcp_ratio_vs_rest",
+)
 
 
 def targets_met(result: dict[str, Any]) -> dict[str, bool | None]:
@@ -609,10 +618,13 @@ async def run(plan: Plan, only: list[str]) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = []
     for name in RATIOS:
+        if name not in TARGETS:
+            lines.append(f"{name:>29}: {result[name]}  (reported, no target)")
+            continue
         op, bound = TARGETS[name]
         met = result["targets_met"][name]
         mark = "n/a" if met is None else ("met" if met else "MISSED")
-        lines.append(f"{name:>26}: {result[name]}  (target {op} {bound}: {mark})")
+        lines.append(f"{name:>29}: {result[name]}  (target {op} {bound}: {mark})")
     return "\n".join(lines)
 
 
