@@ -19,7 +19,8 @@ is measured alternately, reference then parley, several times, so that drift hit
   what group commit itself reaches in one Python process, so the gap to the raw floor is all the
   time parley's work per message could take at a ratio of 1. Then the pair again with both
   sides at ``synchronous=FULL`` (``PARLEY_SQLITE_SYNCHRONOUS=full``), where a commit waits for
-  the disk: ``mail_ratio_vs_raw_sqlite_full``.
+  the disk: ``mail_ratio_vs_raw_sqlite_full``, the mail ratio with a target (>= 1.5); the
+  ``synchronous=NORMAL`` ratio ``mail_ratio_vs_raw_sqlite`` is reported beside it.
 * HTTP: a Starlette route that reads a JSON body and answers a small fixed JSON body
   (``bare_http_rps``) against parley's ``POST /v1/mail`` (``parley_rest_rps``); both under
   uvicorn with the settings ``parley serve`` uses, driven by the same load process.
@@ -35,30 +36,24 @@ one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import shutil
+import sqlite3
+import statistics
 import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-# bench/mcp.py is named like the MCP SDK's package: this directory must not shadow the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import httpx
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import contextlib  # noqa: E402
-import importlib.util  # noqa: E402
-import shutil  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import AsyncIterator, Awaitable, Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
-import httpx  # noqa: E402
-
-sys.path.append(str(HERE))
-from common import (  # noqa: E402
+from common import (
     TimedRuntime,
     filler,
     load_average,
@@ -67,12 +62,12 @@ from common import (  # noqa: E402
     run_main,
     started_hub,
 )
-from hub_server import HubProcess, machine_description, process_cpu_seconds, progress  # noqa: E402
-from mail import create_agents, mail_agents, run_load, service_round  # noqa: E402
-from mcp_client import mcp_session, result_data  # noqa: E402
-from parley.core.ids import new_ulid  # noqa: E402
-from parley.service.channels import ChannelSpec  # noqa: E402
-from parley.service.identity import AgentSpec  # noqa: E402
+from hub_server import HubProcess, machine_description, process_cpu_seconds, progress
+from mail import create_agents, mail_agents, run_load, service_round
+from mcp_client import mcp_session, result_data
+from parley.core.ids import new_ulid
+from parley.service.channels import ChannelSpec
+from parley.service.identity import AgentSpec
 
 MEMBERS = 3
 ROUNDS = 5  # 15 turns per team
@@ -572,11 +567,19 @@ SECTIONS = {
 }
 TARGETS = {
     "turn_ratio_vs_autogen": ("<=", 0.5),
-    "mail_ratio_vs_raw_sqlite": (">=", 1.0),
+    # Mail is targeted where a commit waits for the disk (synchronous=FULL); at NORMAL a commit
+    # does not, and the ratio is reported, not targeted.
+    "mail_ratio_vs_raw_sqlite_full": (">=", 1.5),
     "rest_ratio_vs_bare": (">=", 0.35),
     "mcp_ratio_vs_rest": (">=", 0.5),
 }
-RATIOS = tuple(TARGETS)
+RATIOS = (
+    "turn_ratio_vs_autogen",
+    "mail_ratio_vs_raw_sqlite_full",
+    "mail_ratio_vs_raw_sqlite",
+    "rest_ratio_vs_bare",
+    "mcp_ratio_vs_rest",
+)
 
 
 def targets_met(result: dict[str, Any]) -> dict[str, bool | None]:
@@ -615,10 +618,13 @@ async def run(plan: Plan, only: list[str]) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = []
     for name in RATIOS:
+        if name not in TARGETS:
+            lines.append(f"{name:>29}: {result[name]}  (reported, no target)")
+            continue
         op, bound = TARGETS[name]
         met = result["targets_met"][name]
         mark = "n/a" if met is None else ("met" if met else "MISSED")
-        lines.append(f"{name:>26}: {result[name]}  (target {op} {bound}: {mark})")
+        lines.append(f"{name:>29}: {result[name]}  (target {op} {bound}: {mark})")
     return "\n".join(lines)
 
 

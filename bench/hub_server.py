@@ -167,9 +167,7 @@ class HubProcess:
         return self.proc.pid
 
     async def start(self) -> None:
-        # -P: bench/ must not be on the server's sys.path, where bench/mcp.py would shadow the
-        # MCP SDK that the hub's web app imports.
-        cmd = [sys.executable, "-P", str(Path(__file__)), "--home", str(self.home)]
+        cmd = [sys.executable, str(Path(__file__)), "--home", str(self.home)]
         cmd += ["--port", str(self.port)]
         if self.database_url:
             cmd += ["--database-url", self.database_url]
@@ -310,10 +308,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="bench: uvloop and httptools when installed; hub: what `parley serve` uses",
     )
     args = parser.parse_args(argv)
-    # Run as a script, this directory leads sys.path, and bench/mcp.py would shadow the MCP
-    # SDK that the app imports.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     if args.cpus:
         # Before uvicorn starts: threads made later (SQLite readers) inherit the affinity.
         pin_to({int(c) for c in args.cpus.split(",")})

@@ -1,8 +1,5 @@
-"""An MCP client session for the bench scripts: the official SDK over Streamable HTTP.
-
-Import it only with this directory at the END of ``sys.path`` (as ``mcp.py`` and ``compare.py``
-arrange): ``bench/mcp.py`` is named like the SDK's package.
-"""
+"""An MCP client session for the bench scripts (``mcp_wake.py``, ``compare.py``): the official
+SDK over Streamable HTTP."""
 
 from __future__ import annotations
 

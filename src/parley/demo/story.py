@@ -1,7 +1,7 @@
 """``parley demo``: start the hub on its embedded SQLite store and show real work through its
 REST API — mail between agents, a moderated discussion opened from a work channel that reports
 back and wakes the session that asked for it, a meeting of the three in a room
-(``demo_meeting``), then a worker tree with a cancel and a takeover (``demo_workers``).
+(``meeting``), then a worker tree with a cancel and a takeover (``workers``).
 
 Agents answer through an OpenAI-compatible endpoint when ``PARLEY_OPENAI_BASE_URL`` (and
 ``PARLEY_OPENAI_MODEL``, ``PARLEY_OPENAI_API_KEY``) are set, and then do every step of the
@@ -33,8 +33,8 @@ from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings, resolve_home, write_hub_info, write_operator_token
 from parley.core.identity import hash_token
 from parley.core.runtime import DONE_MARKER, Turn
-from parley.demo_meeting import MeetingScene, MeetingScript, ScriptedVoice
-from parley.demo_workers import WorkersScene, WorkersScript, WorkerVoice
+from parley.demo.meeting import MeetingScene, MeetingScript, ScriptedVoice
+from parley.demo.workers import WorkersScene, WorkersScript, WorkerVoice
 from parley.private_files import PRIVATE_UMASK
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.web.sessions import WebSessions

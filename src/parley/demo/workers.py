@@ -29,12 +29,11 @@ from parley.core.identity import OPERATOR_ID, Principal
 from parley.core.ports import Runtime
 from parley.core.runtime import Turn, TurnResult
 from parley.core.workers import Worker
-from parley.demo_meeting import STEP_TIMEOUT_S, VOICES, Hold, reached
+from parley.demo.stage import STEP_TIMEOUT_S, VOICES, Hold, Stage, reached
 from parley.service.workers import SpawnSpec, StartSpec, worker_topic
 from parley.surfaces.cli.worker_view import session_names, state_text, worker_tree
 
 if TYPE_CHECKING:
-    from parley.demo import Demo
     from parley.service.hub import Hub
 
 ROOT_NAME = "thursday-release"
@@ -130,7 +129,7 @@ class WorkersScene:
 
     op: Principal
 
-    def __init__(self, demo: Demo, hub: Hub, script: WorkersScript, console: Console) -> None:
+    def __init__(self, demo: Stage, hub: Hub, script: WorkersScript, console: Console) -> None:
         self.demo = demo
         self.hub = hub
         self.script = script

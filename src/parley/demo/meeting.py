@@ -13,11 +13,10 @@ when the live view shows what the scene needs, so the story plays the same way e
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -26,10 +25,8 @@ from rich.table import Table
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import MODERATOR_ID
 from parley.core.runtime import Turn, TurnResult
+from parley.demo.stage import VOICES, Hold, Stage, reached
 from parley.surfaces.cli.meeting_view import MeetingScreen
-
-if TYPE_CHECKING:
-    from parley.demo import Demo
 
 ROOM = "ingest-team"
 TOPIC = "Ship the ingest queue this week: who does what, and what blocks it"
@@ -38,8 +35,6 @@ TESTER_JOB = (
     "wait of a low-priority job."
 )
 HUMAN_NOTE = "Operator here: ship it behind a feature flag, so we can switch back to the old queue."
-# Each member's own scripted runtime, named by its model route.
-VOICES = {agent: f"scripted:{agent}-script" for agent in ("planner", "reviewer", "tester")}
 
 SPEECHES: dict[str, list[str]] = {
     "planner": [
@@ -85,32 +80,6 @@ AFTER_MINUTES = {
     "reviewer": "Read my minutes: writing the idempotency note.",
     "tester": "Back at the burst test: rerunning it with the flag off.",
 }
-
-
-# How long the scene waits for a step of the hub before it gives up with an error.
-STEP_TIMEOUT_S = 120.0
-
-
-async def reached(event: asyncio.Event, what: str) -> None:
-    """Wait for a step of the scene; a hub that never gets there fails the demo, not hangs it."""
-    try:
-        async with asyncio.timeout(STEP_TIMEOUT_S):
-            await event.wait()
-    except TimeoutError:
-        raise RuntimeError(f"the meeting scene did not reach {what!r}") from None
-
-
-@dataclass
-class Hold:
-    """A scripted turn the demo keeps open: ``started`` is set when the turn begins, and the
-    turn answers once ``release`` is set."""
-
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def wait(self) -> None:
-        self.started.set()
-        await self.release.wait()
 
 
 @dataclass
@@ -195,7 +164,7 @@ async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, An
 class MeetingScene:
     """The meeting part of the demo, driven over HTTP like the rest of it."""
 
-    def __init__(self, demo: Demo, script: MeetingScript, console: Console) -> None:
+    def __init__(self, demo: Stage, script: MeetingScript, console: Console) -> None:
         self.demo = demo
         self.script = script
         self.console = console

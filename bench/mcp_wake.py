@@ -14,26 +14,19 @@ Progress goes to stderr; the last line of stdout is one JSON object with the fig
 
 from __future__ import annotations
 
-import sys
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-# This file is named like the MCP SDK's package: its directory must not shadow the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import httpx
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-import httpx  # noqa: E402
-
-sys.path.append(str(HERE))
-from common import database, ms, parse_args, run_main  # noqa: E402
-from hub_server import HubProcess, machine_description, percentile, progress  # noqa: E402
-from mcp_client import mcp_session, result_data  # noqa: E402
+from common import database, ms, parse_args, run_main
+from hub_server import HubProcess, machine_description, percentile, progress
+from mcp_client import mcp_session, result_data
 
 # A wait that has not yet reached the hub would find the mail already there: give it time.
 ARM_S = 0.02
@@ -119,7 +112,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
-        "bench": "mcp",
+        "bench": "mcp_wake",
         "backend": args.backend,
         "quick": args.quick,
         **wakes,
