@@ -71,7 +71,7 @@ from hub_server import HubProcess, machine_description, process_cpu_seconds, pro
 from mail import create_agents, mail_agents, run_load, service_round  # noqa: E402
 from mcp_client import mcp_session, result_data  # noqa: E402
 from parley.core.ids import new_ulid  # noqa: E402
-from parley.service.channels import ChannelSpec  # noqa: E402
+from parley.service.conversations.channels import ChannelSpec  # noqa: E402
 from parley.service.identity import AgentSpec  # noqa: E402
 
 MEMBERS = 3
@@ -340,7 +340,7 @@ class MailRates:
 async def mail_rates(plan: Plan, synchronous: str, *, group_commit: bool) -> MailRates:
     """Alternately: one commit per row, parley's send + delivery (and a bare group-commit
     writer), on a hub and a raw database both with ``synchronous`` at the given setting."""
-    from parley.service.mail import SendRequest
+    from parley.service.mail.mailbox import SendRequest
 
     rates = MailRates()
     async with started_hub(

@@ -52,7 +52,7 @@ from parley.core.channels import REJECT_REASONS, ChannelMessage
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.testing import StaticRuntimes

@@ -16,7 +16,7 @@ from parley.private_files import secure_data_root
 from parley.service.hub import Hub
 
 if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
 
 def build_store(settings: Settings) -> Store:
@@ -88,7 +88,7 @@ def build_discord_bridge(hub: Hub) -> Bridge:
             code="discord_not_configured",
         )
     from parley.adapters.bridges.discord import DiscordBridge
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
     assert settings.discord_token is not None
     assert settings.discord_guild_id is not None

@@ -22,7 +22,7 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent

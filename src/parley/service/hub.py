@@ -14,22 +14,22 @@ from parley.core.clock import SystemClock
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Bus, Clock, Runtime, RuntimeSource, Store, Tx, Workspace
-from parley.service.bridge_links import BridgeLinks
-from parley.service.channels import Channels
+from parley.service.chat_links import BridgeLinks
 from parley.service.context import ServiceContext
-from parley.service.discussions import Discussions
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.discussions import Discussions
+from parley.service.conversations.invitations import Invitations
+from parley.service.conversations.tasks import TaskRunner
+from parley.service.conversations.turns import RemoteRuntime, Turns
 from parley.service.events import EventLog
 from parley.service.identity import Identity
-from parley.service.invitations import Invitations
-from parley.service.mail import Mail
-from parley.service.mailroom import Mailroom
-from parley.service.meetings import Meetings
-from parley.service.pulse import Pulse
-from parley.service.rooms import Rooms
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
+from parley.service.mail.mailroom import Mailroom
+from parley.service.meetings.meetings import Meetings
+from parley.service.meetings.pulse import Pulse
+from parley.service.meetings.rooms import Rooms
 from parley.service.tools.toolbox import TurnToolBoxes
-from parley.service.turns import RemoteRuntime, Turns
-from parley.service.workers import Workers
+from parley.service.workers.workers import Workers
 
 log = logging.getLogger("parley.hub")
 

@@ -27,7 +27,7 @@ from parley.surfaces.logs import install_redaction, uvicorn_log_config
 from parley.surfaces.rest.app import create_app
 
 if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
 HEADER_MAX_BYTES = 16 * 1024
 """The request line and headers together; parley's clients send a few hundred bytes."""

@@ -21,11 +21,11 @@ from parley.core.ids import new_ulid
 from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
-from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.tasks import TaskRunner
 from parley.service.identity import Identity, require_operator
-from parley.service.mail import Mail
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
 
 
 class Discussions:
@@ -79,7 +79,7 @@ class Discussions:
         if discuss_guide is not None:
             check_text(discuss_guide, "discussGuide")
         if callback_channel_id is None:
-            from parley.service.channels import ChannelSpec
+            from parley.service.conversations.channels import ChannelSpec
 
             return await self.channels.create(
                 caller, ChannelSpec(name=name, kind="group", members=members, private=True)

@@ -13,12 +13,12 @@ from parley.core.bridge import CommandCall
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
 from parley.core.workers import Worker
-from parley.service.channels import ChannelSpec
-from parley.service.worker_views import session_names
-from parley.service.workers import SpawnSpec
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.workers.views import session_names
+from parley.service.workers.workers import SpawnSpec
 
 if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
 
 def _option(call: CommandCall, name: str) -> str:

@@ -1,6 +1,6 @@
 """How a child's work comes back (SPEC W3): its result, over-budget summaries stored as
 artifacts, the ``task-result`` to the parent's session and the parent unblocked. Functions over
-the :class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+the :class:`~.workers.Workers` service, which exposes them as its methods.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
 
 if TYPE_CHECKING:
-    from parley.service.workers import ResultSpec, Workers
+    from parley.service.workers.workers import ResultSpec, Workers
 
 
 async def finish_child(

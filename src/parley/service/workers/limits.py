@@ -1,6 +1,6 @@
 """How far one principal may grow a worker tree: how deep a child may sit, how many unfinished
 children a worker may have, and what starting or spawning a worker costs against the caller's
-send quota. Functions over the :class:`~parley.service.workers.Workers` service.
+send quota. Functions over the :class:`~.workers.Workers` service.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from parley.core.workers import Worker
 from parley.service.quotas import Ticket
 
 if TYPE_CHECKING:
-    from parley.service.workers import Workers
+    from parley.service.workers.workers import Workers
 
 
 async def charged(

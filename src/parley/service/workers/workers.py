@@ -6,8 +6,8 @@ cancelled, traced and recovered exactly like any other turn: the worker service 
 what to post as the trigger (a task-dispatch, a takeover envelope, a resume) and moves the
 worker through its state machine (``core/workers.py``) as the tasks start and end. Cancel,
 takeover, heartbeats, the health sweep and restart recovery are in
-:mod:`parley.service.worker_control`, results in :mod:`parley.service.worker_results` and the
-views in :mod:`parley.service.worker_views`.
+:mod:`parley.service.workers.control`, results in :mod:`parley.service.workers.results` and the
+views in :mod:`parley.service.workers.views`.
 """
 
 from __future__ import annotations
@@ -27,15 +27,18 @@ from parley.core.limits import StorableText, check_text, json_bytes
 from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
-from parley.service import worker_control, worker_limits, worker_results, worker_views
-from parley.service.channels import Channels, check_content
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels, check_content
+from parley.service.conversations.tasks import TaskRunner
 from parley.service.identity import Identity
-from parley.service.mail import Mail
+from parley.service.mail.mailbox import Mail
 from parley.service.quotas import Ticket
-from parley.service.tasks import TaskRunner
+from parley.service.workers import control as worker_control
+from parley.service.workers import limits as worker_limits
+from parley.service.workers import results as worker_results
+from parley.service.workers import views as worker_views
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("parley.service.workers")
 
 WORKERS_TOPIC = "workers"
 INHERITED_MESSAGES = 20

@@ -26,7 +26,7 @@ from parley.core.channels import Channel, EndReason, Task
 from parley.core.ports import Tx
 
 if TYPE_CHECKING:
-    from parley.service.tasks import TaskRunner
+    from parley.service.conversations.tasks import TaskRunner
 
 STOPPED = "the hub stopped while the task ran"
 LOST_LEASE = "the hub driving it stopped renewing its lease (paused or cut off from the store)"

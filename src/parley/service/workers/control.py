@@ -1,5 +1,5 @@
 """Control of running workers (SPEC W4–W7): cancel, takeover, resume, release, heartbeats, the
-health sweep and restart recovery. Functions over the :class:`~parley.service.workers.Workers`
+health sweep and restart recovery. Functions over the :class:`~.workers.Workers`
 service, which exposes them as its methods.
 """
 
@@ -18,10 +18,10 @@ from parley.core.identity import Principal
 from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.workers import Worker, WorkerResult
-from parley.service import worker_results
+from parley.service.workers import results as worker_results
 
 if TYPE_CHECKING:
-    from parley.service.workers import Workers
+    from parley.service.workers.workers import Workers
 
 MAX_TAKEOVER_TIMEOUT_S = 120.0
 

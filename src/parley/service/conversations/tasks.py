@@ -47,9 +47,10 @@ from parley.core.runtime import (
     Turn,
     TurnResult,
 )
-from parley.service import runners, task_recovery
-from parley.service.channels import Channels, Posted, channel_topic, check_content
 from parley.service.context import ServiceContext
+from parley.service.conversations import recovery as task_recovery
+from parley.service.conversations import runners
+from parley.service.conversations.channels import Channels, Posted, channel_topic, check_content
 from parley.service.identity import Identity
 
 log = logging.getLogger("parley.tasks")

@@ -1,6 +1,6 @@
 """What the worker tree looks like to a caller (SPEC W8): one worker, the caller's workers, a
 trace's child tree, a logical session's topology, and artifacts. Functions over the
-:class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+:class:`~.workers.Workers` service, which exposes them as its methods.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker
 
 if TYPE_CHECKING:
-    from parley.service.workers import Workers
+    from parley.service.workers.workers import Workers
 
 LIST_MAX = 1000
 

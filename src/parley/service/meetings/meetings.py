@@ -28,14 +28,14 @@ from parley.core.ports import Page, Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
-from parley.service import runners
-from parley.service.channels import Channels, channel_topic, check_content
 from parley.service.context import ServiceContext
+from parley.service.conversations import runners
+from parley.service.conversations.channels import Channels, channel_topic, check_content
+from parley.service.conversations.tasks import TaskRunner
 from parley.service.identity import Identity
-from parley.service.mail import Mail
-from parley.service.meeting_voices import SpeakerContext, Voices, entries, meeting_turn
-from parley.service.rooms import MemberView, Rooms, not_a_member
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
+from parley.service.meetings.rooms import MemberView, Rooms, not_a_member
+from parley.service.meetings.voices import SpeakerContext, Voices, entries, meeting_turn
 
 log = logging.getLogger("parley.meetings")
 

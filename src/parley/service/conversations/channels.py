@@ -27,7 +27,7 @@ from parley.service.context import ServiceContext
 from parley.service.identity import Identity
 
 if TYPE_CHECKING:
-    from parley.service.tasks import TaskRunner
+    from parley.service.conversations.tasks import TaskRunner
 
 
 def check_content(content: str, what: str, limit: int) -> int:
