@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parley.config import Settings
 from parley.core.ports import Bus, Clock, Store, Workspace
+from parley.core.settings import HubSettings
 from parley.service.events import EventLog
 from parley.service.metrics import HubMetrics
 from parley.service.quotas import SendQuotas
@@ -16,7 +16,7 @@ class ServiceContext:
     store: Store
     bus: Bus
     clock: Clock
-    settings: Settings
+    settings: HubSettings
     events: EventLog
     workspace: Workspace
     quotas: SendQuotas = field(init=False)

@@ -36,7 +36,7 @@ from parley.core.mail import Message
 from parley.core.ports import Subscription, Tx
 from parley.core.workers import Worker
 from parley.service.bridge import commands as bridge_commands
-from parley.service.conversations.channels import channel_topic
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.workers.views import session_names
 from parley.service.workers.workers import WORKERS_TOPIC
 

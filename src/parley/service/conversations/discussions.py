@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.core import discussion as d
-from parley.core.channels import Channel, LogicalSession, refuse_meeting_channel
+from parley.core.channels import Channel, LogicalSession, Task, refuse_meeting_channel
 from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
@@ -44,6 +44,7 @@ class Discussions:
         self.channels = channels
         self.runner = runner
         self.mail = mail
+        runner.hooks.on_finished(self.remind_initiator)
 
     async def tell_initiator(
         self, tx: Tx, channel: Channel, subject: str, body: str, **payload: Any
@@ -61,6 +62,29 @@ class Discussions:
             body,
             {"channel_id": channel.id, "next": "discuss_callback", **payload},
         )
+
+    async def remind_initiator(self, task: Task) -> None:
+        """When a discussion's rounds end and it is still open, the initiator also finds the
+        moderator's reminder in its inbox: an agent connected over MCP is waiting on
+        wait_for_mail, not reading the channel, and must learn that it should now finish."""
+        reminder = d.reminder_after(task.end_reason or "", task.rounds)
+        if task.mode != "discussion" or reminder is None:
+            return
+
+        async def job(tx: Tx) -> None:
+            channel = await tx.get_channel(task.channel_id)
+            if channel is None or channel.status != "active":
+                return
+            await self.tell_initiator(
+                tx,
+                channel,
+                f"Discussion {channel.name!r}: rounds ended ({task.end_reason}); write the "
+                "summary and call discuss_callback",
+                reminder,
+                end_reason=task.end_reason,
+            )
+
+        await self.ctx.store.write(job)
 
     async def create_private_channel(
         self,

@@ -22,7 +22,7 @@ from parley.core.identity import Principal
 from parley.core.ports import Subscription, Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
 from parley.service.context import ServiceContext
-from parley.service.conversations.channels import check_content
+from parley.service.conversations.transcripts import check_content
 from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
 from parley.service.mail.mailbox import Mail
 

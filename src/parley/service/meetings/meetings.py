@@ -30,8 +30,9 @@ from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
 from parley.service.context import ServiceContext
 from parley.service.conversations import runners
-from parley.service.conversations.channels import Channels, channel_topic, check_content
+from parley.service.conversations.channels import Channels
 from parley.service.conversations.tasks import TaskRunner
+from parley.service.conversations.transcripts import channel_topic, check_content
 from parley.service.identity import Identity
 from parley.service.mail.mailbox import Mail
 from parley.service.meetings.rooms import MemberView, Rooms, not_a_member
@@ -109,6 +110,8 @@ class Meetings:
         self.hub_id = hub_id
         self.live: dict[str, _Live] = {}
         self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
+        # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
+        tasks.hooks.on_finished(self.on_task_finished)
 
     # -- convening --------------------------------------------------------------------------------
     async def convene(

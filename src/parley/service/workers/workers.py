@@ -28,8 +28,9 @@ from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
 from parley.service.context import ServiceContext
-from parley.service.conversations.channels import Channels, check_content
+from parley.service.conversations.channels import Channels
 from parley.service.conversations.tasks import TaskRunner
+from parley.service.conversations.transcripts import check_content
 from parley.service.identity import Identity
 from parley.service.mail.mailbox import Mail
 from parley.service.quotas import Ticket
@@ -111,9 +112,9 @@ class Workers:
         self.tasks = tasks
         self.mail = mail
         self.hub_id = hub_id
-        tasks.on_started.append(self.on_task_started)
-        tasks.on_finished.append(self.on_task_finished)
-        tasks.on_taken_over.append(self.on_task_taken_over)
+        tasks.hooks.on_started(self.on_task_started)
+        tasks.hooks.on_finished(self.on_task_finished)
+        tasks.hooks.on_taken_over(self.on_task_taken_over)
         # Turns whose worker a cancel already ended (KILLED is final): when they stop there is
         # nothing left to move, so their end skips a write; a tree of 100 stops 100 at once.
         self.killed_turns: set[str] = set()

@@ -28,7 +28,7 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core.errors import CallerError
 from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
-from parley.service.conversations.channels import ACCESS_CHANGED
+from parley.service.conversations.transcripts import ACCESS_CHANGED
 
 PAGE_ROWS = 200
 # Live ids a ``late_ids`` stream remembers to drop repeats: far more than can commit out of order

@@ -17,7 +17,7 @@ from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
 from parley.core.rooms import Meeting
-from parley.service.conversations.channels import channel_topic
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of

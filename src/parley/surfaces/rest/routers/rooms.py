@@ -17,7 +17,7 @@ from parley.core.limits import StorableText
 from parley.core.meetings import roll_call
 from parley.core.redact import redact_config
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
-from parley.service.conversations.channels import channel_topic
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.meetings.meetings import ConveneSpec
 from parley.service.meetings.rooms import MemberView, RoomSpec
 from parley.surfaces.rest.deps import Caller, HubDep
