@@ -14,7 +14,7 @@ from parley.core.identity import Principal
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
-from parley.service.workers.workers import StartSpec
+from parley.service.workers.records import StartSpec
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.rest.deps import STREAM_ROUTES
 from parley.testing import StaticRuntimes

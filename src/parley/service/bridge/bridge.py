@@ -37,8 +37,8 @@ from parley.core.ports import Subscription, Tx
 from parley.core.workers import Worker
 from parley.service.bridge import commands as bridge_commands
 from parley.service.conversations.transcripts import channel_topic
+from parley.service.workers.records import WORKERS_TOPIC
 from parley.service.workers.views import session_names
-from parley.service.workers.workers import WORKERS_TOPIC
 
 if TYPE_CHECKING:
     from parley.service.hub import Hub

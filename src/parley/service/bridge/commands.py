@@ -14,8 +14,8 @@ from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
 from parley.core.workers import Worker
 from parley.service.conversations.channels import ChannelSpec
+from parley.service.workers.records import SpawnSpec
 from parley.service.workers.views import session_names
-from parley.service.workers.workers import SpawnSpec
 
 if TYPE_CHECKING:
     from parley.service.bridge.bridge import Bridge
