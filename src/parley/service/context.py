@@ -20,9 +20,8 @@ class ServiceContext:
     events: EventLog
     workspace: Workspace
     quotas: SendQuotas = field(init=False)
-    metrics: HubMetrics = field(default_factory=HubMetrics)
+    metrics: HubMetrics
 
     def __post_init__(self) -> None:
         # One set of quotas per hub process, shared by every service that stores a sender's text.
         self.quotas = SendQuotas(self.clock, self.settings)
-        self.events.on_recorded = self.metrics.event_recorded

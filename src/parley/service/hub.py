@@ -28,6 +28,7 @@ from parley.service.mail.mailroom import Mailroom
 from parley.service.meetings.meetings import Meetings
 from parley.service.meetings.pulse import Pulse
 from parley.service.meetings.rooms import Rooms
+from parley.service.metrics import HubMetrics
 from parley.service.tools.toolbox import TurnToolBoxes
 from parley.service.workers.workers import Workers
 
@@ -64,13 +65,15 @@ class Hub:
         clock = clock or SystemClock()
         self.settings = settings
         self.id = new_ulid()
+        metrics = HubMetrics()
         self.ctx = ServiceContext(
             store=store,
             bus=bus,
             clock=clock,
             settings=settings,
-            events=EventLog(clock, bus, self.id),
+            events=EventLog(clock, bus, self.id, on_recorded=metrics.event_recorded),
             workspace=workspace,
+            metrics=metrics,
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
         self.bridge_links = BridgeLinks(self.ctx)

@@ -1,4 +1,5 @@
-"""Discussion tasks: the loop that gives members their turns (C5–C7, C10–C13).
+"""Discussion tasks (C5–C7, C10–C13): starting, superseding, cancelling and reporting them;
+the loop that gives members their turns is :mod:`.task_loop`.
 
 A trigger message (a user's message in a group, the moderator's kickoff in a discussion, any
 message to an agent in its work channel) starts a task with a snapshot of the speakers and the
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -40,8 +40,6 @@ from parley.service.conversations.task_loop import TaskLoop, ToolBoxFor
 from parley.service.conversations.transcripts import Posted, Transcripts
 from parley.service.identity import Identity
 from parley.service.mail.mailbox import Mail
-
-log = logging.getLogger("parley.tasks")
 
 
 class TaskRunner(TaskLoop):
