@@ -66,7 +66,7 @@ from hub_server import HubProcess, machine_description, process_cpu_seconds, pro
 from mail import create_agents, mail_agents, run_load, service_round
 from mcp_client import mcp_session, result_data
 from parley.core.ids import new_ulid
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.identity import AgentSpec
 
 MEMBERS = 3
@@ -335,7 +335,7 @@ class MailRates:
 async def mail_rates(plan: Plan, synchronous: str, *, group_commit: bool) -> MailRates:
     """Alternately: one commit per row, parley's send + delivery (and a bare group-commit
     writer), on a hub and a raw database both with ``synchronous`` at the given setting."""
-    from parley.service.mail import SendRequest
+    from parley.service.mail.mailbox import SendRequest
 
     rates = MailRates()
     async with started_hub(

@@ -52,7 +52,7 @@ from parley.core.channels import REJECT_REASONS, ChannelMessage
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.testing import StaticRuntimes
@@ -281,12 +281,12 @@ class Races:
         self.runs: dict[str, Run] = {}
         hub.tasks.before_call = lambda turn: self.at(turn, "before_call")
         hub.tasks.before_commit = lambda turn: self.at(turn, "before_commit")
-        hub.tasks.on_finished.append(self.finished)
+        self._unsubscribe = hub.tasks.hooks.on_finished(self.finished)
 
     def detach(self) -> None:
         self.hub.tasks.before_call = None
         self.hub.tasks.before_commit = None
-        self.hub.tasks.on_finished.remove(self.finished)
+        self._unsubscribe()
 
     async def reply(self, turn: Turn) -> str:
         run = self.runs[turn.channel_id]

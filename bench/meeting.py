@@ -53,8 +53,8 @@ from parley.core.rooms import DEFAULT_SPEECH_TARGET
 from parley.core.runtime import NO_REPLY, Turn
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.testing import StaticRuntimes
 
 OVERHEAD_MEMBERS = 4

@@ -52,7 +52,7 @@ from parley.core.ports import Runtime, Subscription
 from parley.core.runtime import Turn, TurnResult
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
-from parley.service.workers import WORKERS_TOPIC, SpawnSpec, StartSpec
+from parley.service.workers.records import WORKERS_TOPIC, SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 
 if TYPE_CHECKING:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -9,14 +11,16 @@ from parley.adapters.bus.memory import MemoryBus
 from parley.adapters.store.sql_store import SqlStore
 from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
-from parley.config import Settings
+from parley.config import Settings, write_operator_token
 from parley.core.errors import ConfigError
 from parley.core.ports import Bus, Clock, RuntimeSource, Store
 from parley.private_files import secure_data_root
 from parley.service.hub import Hub
 
 if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
+
+log = logging.getLogger("parley.hub")
 
 
 def build_store(settings: Settings) -> Store:
@@ -58,6 +62,28 @@ def default_runtimes() -> RuntimeSource:
     return RuntimeRegistry()
 
 
+def operator_token_writer(settings: Settings) -> Callable[[str], None]:
+    """What the hub does after the operator's token was rotated: rewrite the token file, which
+    the CLI on this machine reads and whose token no longer works."""
+
+    def store(token: str) -> None:
+        try:
+            path = write_operator_token(settings.data_root(), token)
+        except OSError as exc:
+            # The rotation has committed and its response carries the new token: refusing now
+            # would lose it. Say where the CLI's token must go instead.
+            log.error(
+                "the operator token was rotated but %s could not be rewritten (%s); store the "
+                "new token there by hand or pass it with --token/PARLEY_TOKEN",
+                exc.filename,
+                exc.strerror,
+            )
+            return
+        log.warning("the operator token was rotated; %s now holds the new one", path)
+
+    return store
+
+
 def build_hub(
     settings: Settings, *, clock: Clock | None = None, runtimes: RuntimeSource | None = None
 ) -> Hub:
@@ -72,15 +98,16 @@ def build_hub(
         workspace=LocalWorkspace(),
         clock=clock,
         runtimes=runtimes if runtimes is not None else default_runtimes(),
+        on_operator_rotated=operator_token_writer(settings),
     )
     if isinstance(store, SqlStore):
         store.on_batch = hub.ctx.metrics.batch_committed
     return hub
 
 
-def build_discord_bridge(hub: Hub) -> Bridge:
-    """The Discord bridge over a built hub; discord.py is imported here, never before."""
-    settings = hub.settings
+def build_discord_bridge(hub: Hub, settings: Settings) -> Bridge:
+    """The Discord bridge over a hub built from ``settings``; discord.py is imported here, never
+    before."""
     missing = settings.discord_missing
     if missing:
         raise ConfigError(
@@ -88,7 +115,7 @@ def build_discord_bridge(hub: Hub) -> Bridge:
             code="discord_not_configured",
         )
     from parley.adapters.bridges.discord import DiscordBridge
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
     assert settings.discord_token is not None
     assert settings.discord_guild_id is not None

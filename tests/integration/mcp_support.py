@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from parley.service.hub import Hub
-from parley.service.mail import inbox_topic
+from parley.service.mail.mailbox import inbox_topic
 
 # The first request of a raw MCP client over HTTP, for tests that speak the protocol by hand.
 INITIALIZE = {

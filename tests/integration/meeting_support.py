@@ -13,7 +13,7 @@ from parley.core.identity import Principal
 from parley.core.rooms import Room
 from parley.core.runtime import Turn, TurnResult
 from parley.service.hub import Hub
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 

@@ -9,7 +9,7 @@ from typing import Any
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent

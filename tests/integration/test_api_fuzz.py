@@ -26,9 +26,9 @@ from schemathesis.python import asgi as schemathesis_asgi
 
 from parley.core.identity import Principal
 from parley.core.mail import MAIL_KINDS
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
-from parley.service.mail import SendRequest
+from parley.service.mail.mailbox import SendRequest
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent
 

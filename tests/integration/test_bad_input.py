@@ -20,7 +20,7 @@ from parley.core.identity import Principal
 from parley.core.limits import MAX_SEQ
 from parley.core.mail import InboxFilter
 from parley.core.runtime import Turn, TurnResult
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import AgentHandle, MakeAgent

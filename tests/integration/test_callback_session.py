@@ -18,7 +18,7 @@ from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.tools.channels import discuss_callback
 from parley.service.tools.registry import ToolCall

@@ -17,7 +17,8 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.core.ports import Bus, Store, Subscription, Tx
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec, channel_topic
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.rest.app import create_app
 from parley.testing import StaticRuntimes

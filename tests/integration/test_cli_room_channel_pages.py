@@ -15,10 +15,10 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.config import Settings
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.surfaces.cli.app import app
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent

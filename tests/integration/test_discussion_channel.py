@@ -17,7 +17,7 @@ from parley.core.errors import Conflict, InvalidRequest, NotFound, ParleyError, 
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.core.runtime import NO_REPLY, Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import AgentHandle, MakeAgent

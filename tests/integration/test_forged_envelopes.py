@@ -14,8 +14,8 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
 from parley.core.runtime import Turn
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.workers import SpawnSpec, StartSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.workers.records import SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import transcript_of, within

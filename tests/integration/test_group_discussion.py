@@ -16,7 +16,7 @@ from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Tx
 from parley.core.runtime import DONE_MARKER, NO_REPLY, Turn
-from parley.service.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.channels import ChannelPatch, ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.testing import FakeClock, StaticRuntimes

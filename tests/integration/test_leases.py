@@ -22,7 +22,7 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.bootstrap import build_hub
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
@@ -174,7 +174,7 @@ async def test_a_reply_waiting_on_the_takeovers_lock_is_refused_when_it_commits(
     channel_id, task_id, release = await start_parked(hub, operator, make_agent, runtimes)
     noting = asyncio.Event()
     go_on = asyncio.Event()
-    post_note = other.tasks.channels.post_as_system
+    post_note = other.tasks.transcripts.post_as_system
 
     async def slow_note(tx: Any, channel: str, text: str) -> Any:
         noting.set()  # inside B's takeover transaction, the channel row locked
@@ -182,7 +182,7 @@ async def test_a_reply_waiting_on_the_takeovers_lock_is_refused_when_it_commits(
         return await post_note(tx, channel, text)
 
     clock.advance(hub.settings.lease_s + 1)
-    with patch.object(other.tasks.channels, "post_as_system", slow_note):
+    with patch.object(other.tasks.transcripts, "post_as_system", slow_note):
         takeover = asyncio.create_task(other.tasks.recover())
         await within(noting.wait(), "B's takeover to hold the channel row")
         release.set()  # A's reply goes to its commit and waits for the row

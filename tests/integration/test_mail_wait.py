@@ -10,7 +10,7 @@ import pytest
 from parley.core.errors import InvalidRequest, PermissionDenied
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
-from parley.service.mail import inbox_topic
+from parley.service.mail.mailbox import inbox_topic
 from tests.conftest import MakeAgent
 from tests.integration.mail_support import send
 from tests.integration.mcp_support import waiting_on_inbox

@@ -14,7 +14,7 @@ from mcp import Client
 
 from parley.core.identity import Principal
 from parley.core.runtime import DONE_MARKER
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.surfaces.mcp import PROFILES, build_mcp
 from parley.surfaces.rest.app import create_app

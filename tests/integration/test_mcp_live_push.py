@@ -16,10 +16,10 @@ import httpx
 from mcp import Client
 
 from parley.core.identity import Principal
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
-from parley.service.mail import inbox_topic
-from parley.service.turns import turns_topic
+from parley.service.mail.mailbox import inbox_topic
 from parley.surfaces.mcp import build_mcp
 from parley.surfaces.rest.app import create_app
 from tests.conftest import AgentHandle, MakeAgent

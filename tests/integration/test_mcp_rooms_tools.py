@@ -17,8 +17,8 @@ from mcp import Client
 from parley.core.identity import Principal
 from parley.core.rooms import DEFAULT_SPEECH_LIMIT
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.service.tools.toolbox import NOT_IN_A_TURN
 from parley.surfaces.mcp import PROFILES, build_mcp
 from parley.testing import StaticRuntimes

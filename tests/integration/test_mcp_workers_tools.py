@@ -17,8 +17,8 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
 from parley.service.tools.toolbox import NOT_IN_A_TURN
-from parley.service.worker_control import wait_turn
-from parley.service.workers import SpawnSpec, StartSpec
+from parley.service.workers.control import wait_turn
+from parley.service.workers.records import SpawnSpec, StartSpec
 from parley.surfaces.mcp import PROFILES, build_mcp
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.model_server import FakeCall, FakeReply

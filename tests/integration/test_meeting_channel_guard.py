@@ -15,7 +15,7 @@ from parley.core.errors import Conflict
 from parley.core.identity import Principal
 from parley.core.rooms import Meeting
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
+from parley.service.meetings.meetings import ConveneSpec
 from parley.service.tools.channels import create_private_channel, post
 from parley.service.tools.invitations import invite_to_channel
 from parley.service.tools.registry import ToolCall

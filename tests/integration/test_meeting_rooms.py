@@ -19,8 +19,8 @@ from parley.core.ports import Tx
 from parley.core.rooms import Meeting
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.meeting_support import is_meeting, members, room_with
@@ -75,7 +75,9 @@ async def test_an_agent_belongs_to_one_room_and_sub_sessions_may_not_join(
     b = await hub.identity.require("b")
     channel = await hub.channels.create(
         operator,
-        __import__("parley.service.channels", fromlist=["ChannelSpec"]).ChannelSpec(name="side"),
+        __import__("parley.service.conversations.channels", fromlist=["ChannelSpec"]).ChannelSpec(
+            name="side"
+        ),
     )
 
     async def side_session(tx: Tx) -> str:

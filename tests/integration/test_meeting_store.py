@@ -14,7 +14,7 @@ from parley.core.ports import Tx
 from parley.core.rooms import Meeting
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
-from parley.service.meetings import ConveneSpec
+from parley.service.meetings.meetings import ConveneSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.meeting_support import members, room_with

@@ -9,7 +9,7 @@ from parley.core import discussion as d
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent

@@ -15,7 +15,7 @@ from parley.config import Settings
 from parley.core.channels import REJECT_REASONS
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent

@@ -16,9 +16,9 @@ from parley.core.errors import Conflict, NotFound, ParleyError, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
-from parley.service.turns import turns_topic
 from parley.testing import StaticRuntimes
 from tests.conftest import AgentHandle, MakeAgent
 from tests.integration.discussion_support import eventually, invocations, messages, within

@@ -16,11 +16,11 @@ from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.core.errors import Conflict, NotFound
 from parley.core.identity import Principal
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec, HumanSpec
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.service.tools.channels import create_private_channel
 from parley.service.tools.registry import ToolCall
 from parley.service.tools.rooms import leave_room, meeting_status

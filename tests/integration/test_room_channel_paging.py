@@ -18,10 +18,10 @@ from parley.config import Settings
 from parley.core.errors import RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.service.tools.channels import list_channels
 from parley.service.tools.registry import ToolCall
 from parley.testing import FakeClock, StaticRuntimes

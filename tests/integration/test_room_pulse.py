@@ -11,7 +11,7 @@ from parley.core.errors import InvalidRequest, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
+from parley.service.meetings.meetings import ConveneSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.meeting_support import members, room_with

@@ -11,7 +11,7 @@ import httpx
 
 from parley.core.identity import Principal
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
+from parley.service.meetings.meetings import ConveneSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import within

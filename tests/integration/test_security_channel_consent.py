@@ -16,7 +16,7 @@ from mcp import Client
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.channels import ChannelPatch, ChannelSpec
 from parley.service.hub import Hub
 from parley.surfaces.mcp import build_mcp
 from parley.testing import StaticRuntimes

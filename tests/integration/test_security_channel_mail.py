@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from parley.core.identity import Principal
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from tests.conftest import MakeAgent
 

@@ -14,7 +14,7 @@ from parley.core.errors import TooLarge
 from parley.core.identity import Principal
 from parley.core.mail import SendRequest
 from parley.core.ports import Tx
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.surfaces.mcp import build_mcp
 from tests.conftest import MakeAgent

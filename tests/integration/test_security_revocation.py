@@ -16,11 +16,11 @@ from mcp_types import CallToolResult
 
 from parley.core.errors import Unauthenticated
 from parley.core.identity import Principal
-from parley.service.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
 from parley.service.identity import revocation_topic
-from parley.service.mail import inbox_topic
-from parley.service.turns import turns_topic
+from parley.service.mail.mailbox import inbox_topic
 from parley.surfaces.rest import guard
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent

@@ -22,11 +22,11 @@ import pytest
 
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
-from parley.service.workers import ResultSpec, SpawnSpec, StartSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
+from parley.service.workers.records import ResultSpec, SpawnSpec, StartSpec
 from parley.surfaces.logs import install_redaction
 from parley.surfaces.rest.app import create_app
 from tests.conftest import AgentHandle, MakeAgent

@@ -11,10 +11,10 @@ import pytest
 from starlette.routing import compile_path
 
 from parley.core.identity import Principal
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
-from parley.service.workers import StartSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.workers.records import StartSpec
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.rest.deps import STREAM_ROUTES
 from parley.testing import StaticRuntimes

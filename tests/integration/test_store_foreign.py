@@ -21,7 +21,7 @@ from parley.core.ids import new_ulid
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
-from parley.service.mail import SendRequest, inbox_topic
+from parley.service.mail.mailbox import SendRequest, inbox_topic
 from parley.testing import FakeClock
 from tests.conftest import PG_ADMIN_URL
 

@@ -17,7 +17,7 @@ from parley.adapters.store.postgres import async_url
 from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.core.errors import PermissionDenied
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.testing import FakeClock
 
 

@@ -20,7 +20,7 @@ from parley.core.ids import new_ulid
 from parley.core.mail import InboxFilter, Message
 from parley.core.ports import Tx
 from parley.service.hub import Hub
-from parley.service.mail import SendRequest
+from parley.service.mail.mailbox import SendRequest
 from tests.conftest import MakeAgent
 
 

@@ -13,7 +13,7 @@ from parley.core.channels import ChannelMessage, Task
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent

@@ -11,7 +11,7 @@ from parley.core.channels import ChannelMessage, Task
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Tx
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
 from parley.testing import FakeClock, StaticRuntimes

@@ -14,7 +14,7 @@ import pytest
 
 from parley.config import Settings
 from parley.core.identity import Principal
-from parley.service.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.channels import ChannelPatch, ChannelSpec
 from parley.service.hub import Hub
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.web.feeds import LiveStreams

@@ -14,10 +14,10 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import hash_token
 from parley.core.redact import redact_text
 from parley.core.runtime import NO_REPLY, Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
-from parley.service.rooms import RoomSpec
+from parley.service.meetings.rooms import RoomSpec
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.web import app as web_app
 from parley.testing import StaticRuntimes

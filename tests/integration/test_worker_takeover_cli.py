@@ -21,7 +21,7 @@ import pytest
 from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY
 from parley.core.identity import Principal
 from parley.service.hub import Hub
-from parley.service.workers import StartSpec
+from parley.service.workers.records import StartSpec
 from tests.conftest import MakeAgent
 from tests.fakes.processes import is_gone, wait_gone
 from tests.fakes.ready import ReadyListener

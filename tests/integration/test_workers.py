@@ -16,7 +16,7 @@ from parley.core.mail import InboxFilter, SendRequest
 from parley.core.runtime import Turn
 from parley.core.workers import IllegalWorkerTransition, Worker
 from parley.service.hub import Hub
-from parley.service.workers import ResultSpec, SpawnSpec, StartSpec
+from parley.service.workers.records import ResultSpec, SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 

@@ -13,7 +13,7 @@ import httpx
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.service.hub import Hub
-from parley.service.workers import SpawnSpec, StartSpec
+from parley.service.workers.records import SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import AgentHandle, MakeAgent
 from tests.integration.discussion_support import within

@@ -8,7 +8,7 @@ from parley.core import discussion as d
 from parley.core.channels import TRANSCRIPT_WINDOW
 from parley.core.identity import MODERATOR_ID
 from parley.core.runtime import TranscriptEntry
-from parley.service.meeting_voices import entries
+from parley.service.meetings.voices import entries
 from tests.unit.test_discussion_core import message
 
 

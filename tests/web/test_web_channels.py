@@ -8,7 +8,7 @@ from playwright.async_api import expect
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
-from parley.service.channels import ChannelSpec
+from parley.service.conversations.channels import ChannelSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import Gate, within

@@ -11,9 +11,9 @@ from playwright.async_api import expect
 from parley.core.identity import Principal
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import RoomSpec
-from parley.service.workers import StartSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import RoomSpec
+from parley.service.workers.records import StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import within

@@ -9,8 +9,8 @@ from playwright.async_api import BrowserContext, expect
 
 from parley.core.identity import Principal
 from parley.core.mail import SendRequest
-from parley.service.channels import ChannelSpec
-from parley.service.rooms import RoomSpec
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.meetings.rooms import RoomSpec
 from tests.conftest import MakeAgent
 from tests.web.conftest import Served, shoot, sign_in
 

@@ -30,7 +30,7 @@ from parley.core.ports import Runtime
 from parley.core.runtime import Turn, TurnResult
 from parley.core.workers import Worker
 from parley.demo.stage import STEP_TIMEOUT_S, VOICES, Hold, Stage, reached
-from parley.service.workers import SpawnSpec, StartSpec, worker_topic
+from parley.service.workers.records import SpawnSpec, StartSpec, worker_topic
 from parley.surfaces.cli.worker_view import session_names, state_text, worker_tree
 
 if TYPE_CHECKING:

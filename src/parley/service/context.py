@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parley.config import Settings
 from parley.core.ports import Bus, Clock, Store, Workspace
+from parley.core.settings import HubSettings
 from parley.service.events import EventLog
 from parley.service.metrics import HubMetrics
 from parley.service.quotas import SendQuotas
@@ -16,13 +16,12 @@ class ServiceContext:
     store: Store
     bus: Bus
     clock: Clock
-    settings: Settings
+    settings: HubSettings
     events: EventLog
     workspace: Workspace
     quotas: SendQuotas = field(init=False)
-    metrics: HubMetrics = field(default_factory=HubMetrics)
+    metrics: HubMetrics
 
     def __post_init__(self) -> None:
         # One set of quotas per hub process, shared by every service that stores a sender's text.
         self.quotas = SendQuotas(self.clock, self.settings)
-        self.events.on_recorded = self.metrics.event_recorded

@@ -14,12 +14,19 @@ from parley.core.ports import Bus, Clock, Page, Tx
 class EventLog:
     """Appends events inside the caller's transaction and publishes them after commit."""
 
-    def __init__(self, clock: Clock, bus: Bus, hub_id: str | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        bus: Bus,
+        hub_id: str | None = None,
+        *,
+        on_recorded: Callable[[Event], None] | None = None,
+    ) -> None:
         self.clock = clock
         self.bus = bus
         self.hub_id = hub_id
         # Told of every committed event (the hub's metrics count them).
-        self.on_recorded: Callable[[Event], None] | None = None
+        self.on_recorded = on_recorded
 
     def record(
         self,

@@ -108,6 +108,7 @@ class Identity:
         ctx: ServiceContext,
         validate_runtime: Callable[[dict[str, Any]], None] | None = None,
         rotation_ends: Sequence[RotationHook] = (),
+        on_operator_rotated: Callable[[str], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self._validate_runtime = validate_runtime
@@ -116,7 +117,7 @@ class Identity:
         self._tokens: dict[str, str] = {}
         # Called with the operator's new token after its old ones were revoked, so that the
         # hub can rewrite the token file the CLI reads (the service layer knows no files).
-        self.on_operator_rotated: Callable[[str], None] | None = None
+        self.on_operator_rotated = on_operator_rotated
         self._revocations = 0
 
     # -- lookups ------------------------------------------------------------------------------

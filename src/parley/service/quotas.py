@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
-from parley.config import Settings
 from parley.core.errors import RateLimited, TooLarge
 from parley.core.identity import Principal
 from parley.core.ports import Clock
+from parley.core.settings import HubSettings
 
 WINDOW_S = 60.0
 
@@ -85,7 +85,7 @@ class Ticket:
 class SendQuotas:
     """The quotas of every sender in this hub process."""
 
-    def __init__(self, clock: Clock, settings: Settings) -> None:
+    def __init__(self, clock: Clock, settings: HubSettings) -> None:
         self.clock = clock
         self.settings = settings
         self._windows: dict[str, _Window] = {}

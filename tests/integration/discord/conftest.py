@@ -17,9 +17,9 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.identity import Principal
 from parley.core.runtime import Turn
 from parley.core.workers import Worker
-from parley.service.bridge import Bridge
+from parley.service.bridge.bridge import Bridge
 from parley.service.hub import Hub
-from parley.service.workers import StartSpec
+from parley.service.workers.records import StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.fakes.discord import FORUM_ID, GUILD_ID, FakeDiscord, Thread

@@ -8,9 +8,9 @@ import asyncio
 
 from parley.core.identity import Principal
 from parley.core.workers import Worker
-from parley.service.bridge import Bridge
+from parley.service.bridge.bridge import Bridge
 from parley.service.hub import Hub
-from parley.service.workers import SpawnSpec, StartSpec
+from parley.service.workers.records import SpawnSpec, StartSpec
 from tests.fakes.discord import Thread
 from tests.integration.discord.conftest import DiscordHub
 

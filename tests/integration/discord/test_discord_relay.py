@@ -6,7 +6,7 @@ misses what happened while it was down nor posts anything twice."""
 from __future__ import annotations
 
 from parley.core.identity import Principal
-from parley.service.bridge import Bridge
+from parley.service.bridge.bridge import Bridge
 from parley.service.hub import Hub
 from tests.fakes.discord import Thread
 from tests.integration.discord.conftest import MAPLE, STRANGER, DiscordHub

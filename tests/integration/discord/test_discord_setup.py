@@ -10,7 +10,7 @@ import pytest
 
 from parley.adapters.bridges.discord import DiscordBridge, check
 from parley.core.errors import ConfigError
-from parley.service.bridge import Bridge
+from parley.service.bridge.bridge import Bridge
 from parley.service.hub import Hub
 from parley.service.identity import HumanSpec
 from tests.conftest import MakeAgent

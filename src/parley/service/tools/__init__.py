@@ -1,5 +1,9 @@
 """The hub's agent tools, defined once: the MCP server offers them to connected agents, and the
-``openai`` and ``anthropic`` runtimes offer them to their models through function calling."""
+``openai`` and ``anthropic`` runtimes offer them to their models through function calling.
+
+Tools may call every capability below them (mail, conversations, meetings, workers) through the
+:class:`~.registry.Services` protocol a :class:`~.registry.ToolCall` carries; they never import
+the hub, which is assembled from those services and offers them."""
 
 from parley.service.tools import channels, invitations, mail, rooms, workers
 from parley.service.tools.registry import AgentTool, ToolCall, by_name, compact_schema

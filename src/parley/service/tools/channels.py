@@ -16,8 +16,8 @@ from pydantic import Field
 from parley.core.channels import Channel, ChannelMessage, PendingTurn
 from parley.core.errors import NotFound
 from parley.core.runtime import DONE_MARKER, NO_REPLY
+from parley.service.conversations.turns import MAX_WAIT_S
 from parley.service.tools.registry import ToolCall, agent_tool, without_empty
-from parley.service.turns import MAX_WAIT_S
 
 READ_LIMIT = 500
 LIST_LIMIT = 1000

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationError
 from parley.core.errors import InvalidRequest
 from parley.core.limits import MAX_SEQ
 from parley.core.mail import MAIL_KINDS, InboxFilter, Message, SendRequest
-from parley.service.mail import MAX_WAIT_S
+from parley.service.mail.mailbox import MAX_WAIT_S
 from parley.service.tools.registry import ToolCall, agent_tool, without_empty
 
 SEND_MESSAGE = f"""\

@@ -14,16 +14,52 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from parley.core.errors import InvalidRequest, ParleyError
 from parley.core.identity import Principal
 from parley.core.limits import json_problem
+from parley.core.ports import Store
+from parley.core.settings import HubSettings
+from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.discussions import Discussions
+from parley.service.conversations.invitations import Invitations
+from parley.service.conversations.turns import Turns
+from parley.service.mail.mailbox import Mail
+from parley.service.meetings.meetings import Meetings
+from parley.service.meetings.rooms import Rooms
+from parley.service.workers.workers import Workers
 
-if TYPE_CHECKING:
-    from parley.service.hub import Hub
+
+class Services(Protocol):
+    """The services a tool acts through (the hub is one): tools depend on this, not on the
+    hub, which is assembled from them and offers them."""
+
+    @property
+    def ctx(self) -> ServiceContext: ...
+    @property
+    def settings(self) -> HubSettings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def mail(self) -> Mail: ...
+    @property
+    def channels(self) -> Channels: ...
+    @property
+    def turns(self) -> Turns: ...
+    @property
+    def discussions(self) -> Discussions: ...
+    @property
+    def invitations(self) -> Invitations: ...
+    @property
+    def rooms(self) -> Rooms: ...
+    @property
+    def meetings(self) -> Meetings: ...
+    @property
+    def workers(self) -> Workers: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +67,7 @@ class ToolCall:
     """Who calls a tool and from where: the caller comes from its token (MCP) or from the turn
     the hub gave it (runtimes), never from the arguments."""
 
-    hub: Hub
+    hub: Services
     caller: Principal
     # The channel and logical session of the turn the call is made in, when a runtime makes it;
     # an MCP call has no turn of its own (tools fall back to the caller's latest turn).

@@ -17,8 +17,8 @@ from parley.core.channels import ChannelMessage
 from parley.core.errors import InvalidRequest, PermissionDenied
 from parley.core.meetings import roll_call
 from parley.core.rooms import DEFAULT_SPEECH_LIMIT, DEFAULT_SPEECH_TARGET, Meeting, RoomConfig
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import MemberView
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import MemberView
 from parley.service.tools.registry import ToolCall, agent_tool, without_empty
 
 _DEFAULTS = RoomConfig()

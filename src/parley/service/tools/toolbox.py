@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,10 +20,13 @@ from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY, ToolOutput, ToolSpec
 from parley.service.tools import AGENT_TOOLS, files
-from parley.service.tools.registry import AgentTool, ToolCall, arguments_refused, check_storable
-
-if TYPE_CHECKING:
-    from parley.service.hub import Hub
+from parley.service.tools.registry import (
+    AgentTool,
+    Services,
+    ToolCall,
+    arguments_refused,
+    check_storable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class TurnToolBox:
 
     def __init__(
         self,
-        hub: Hub,
+        hub: Services,
         agent: Principal,
         *,
         channel_id: str,
@@ -141,7 +144,7 @@ class TurnToolBox:
 class TurnToolBoxes:
     """Builds the toolbox of a turn for agents whose runtime calls tools; None for the others."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Services) -> None:
         self.hub = hub
 
     def for_turn(

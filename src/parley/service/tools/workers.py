@@ -18,8 +18,8 @@ from parley.core import workers as wk
 from parley.core.errors import InvalidRequest
 from parley.core.workers import Worker
 from parley.service.tools.registry import ToolCall, agent_tool, without_empty
-from parley.service.worker_control import MAX_TAKEOVER_TIMEOUT_S
-from parley.service.workers import ResultSpec, SpawnSpec
+from parley.service.workers.control import MAX_TAKEOVER_TIMEOUT_S
+from parley.service.workers.records import ResultSpec, SpawnSpec
 
 LIST_LIMIT = 50
 ARTIFACT_READ_CHARS = 8000

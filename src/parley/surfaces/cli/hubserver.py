@@ -27,7 +27,7 @@ from parley.surfaces.logs import install_redaction, uvicorn_log_config
 from parley.surfaces.rest.app import create_app
 
 if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+    from parley.service.bridge.bridge import Bridge
 
 HEADER_MAX_BYTES = 16 * 1024
 """The request line and headers together; parley's clients send a few hundred bytes."""
@@ -91,9 +91,12 @@ def file_error(exc: OSError) -> StorageError:
 class HubServer(uvicorn.Server):
     """A uvicorn server that announces the hub once it listens."""
 
-    def __init__(self, config: uvicorn.Config, hub: Hub, *, first_start: bool) -> None:
+    def __init__(
+        self, config: uvicorn.Config, hub: Hub, settings: Settings, *, first_start: bool
+    ) -> None:
         super().__init__(config)
         self.hub = hub
+        self.settings = settings
         self.first_start = first_start
         # Why the hub stopped serving as soon as it started, if it did.
         self.failure: ParleyError | None = None
@@ -123,7 +126,7 @@ class HubServer(uvicorn.Server):
         return self.config.port
 
     def announce(self) -> None:
-        settings = self.hub.settings
+        settings = self.settings
         home = settings.data_root()
         url = client_url(self.config.host, self.bound_port())
         write_hub_info(home, url)
@@ -168,7 +171,7 @@ async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) 
         return 1
     if discord or settings.discord_configured:
         try:
-            bridge = build_discord_bridge(hub)
+            bridge = build_discord_bridge(hub, settings)
             await bridge.start()
         except ParleyError as exc:
             print_error(exc.code, exc.message)
@@ -196,7 +199,7 @@ async def run_hub(settings: Settings, log_level: str, *, discord: bool = False) 
         )
         # Again now that uvicorn has configured its loggers: the access log shows ?token=.
         install_redaction()
-        server = HubServer(config, hub, first_start=first_start)
+        server = HubServer(config, hub, settings, first_start=first_start)
         try:
             await server.serve()
         except SystemExit:

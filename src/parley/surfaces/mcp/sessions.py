@@ -22,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from parley.config import Settings
 from parley.core.errors import RateLimited
 from parley.core.identity import Principal
+from parley.core.settings import HubSettings
 
 RETRY_AFTER_S = 1.0
 """The ``Retry-After`` of a refusal: a place frees as soon as a request ends, which the hub
@@ -64,7 +64,7 @@ class _Holding:
 class SessionTable:
     """The open MCP sessions of every principal, and the places held for sessions opening."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float]) -> None:
+    def __init__(self, settings: HubSettings, clock: Callable[[], float]) -> None:
         self.per_principal = settings.mcp_sessions_per_principal
         self.most = settings.mcp_sessions_max
         self.reserve = settings.mcp_sessions_operator_reserve

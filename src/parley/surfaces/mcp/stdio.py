@@ -27,7 +27,7 @@ from parley import __version__
 from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.core.errors import ConfigError, ParleyError
-from parley.service.mail import MAX_WAIT_S
+from parley.service.mail.mailbox import MAX_WAIT_S
 from parley.surfaces.mcp.server import INSTRUCTIONS, PROFILES, build_mcp
 
 NO_TOKEN = (

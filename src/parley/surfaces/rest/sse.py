@@ -34,7 +34,7 @@ from parley.core.errors import CallerError
 from parley.core.identity import Principal
 from parley.core.limits import MAX_SEQ
 from parley.core.ports import Bus
-from parley.service.channels import ACCESS_CHANGED
+from parley.service.conversations.transcripts import ACCESS_CHANGED
 from parley.service.hub import Hub
 from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
 from parley.surfaces.rest.deps import CALLER, CALLER_TOKEN

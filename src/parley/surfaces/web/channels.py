@@ -11,7 +11,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import Task
 from parley.core.identity import Principal
-from parley.service.channels import channel_topic
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live

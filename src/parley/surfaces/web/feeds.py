@@ -35,7 +35,7 @@ from markupsafe import escape
 from parley.core.errors import CallerError, ParleyError, RateLimited, Unauthenticated
 from parley.core.identity import Principal
 from parley.core.ports import Subscription
-from parley.service.channels import ACCESS_CHANGED
+from parley.service.conversations.transcripts import ACCESS_CHANGED
 from parley.service.hub import Hub
 from parley.service.identity import TOKENS_REVOKED, revocation_topic
 from parley.surfaces.web.auth import PREFIX, Viewer

@@ -17,9 +17,9 @@ from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
 from parley.core.rooms import Meeting
-from parley.service.channels import channel_topic
+from parley.service.conversations.transcripts import channel_topic
 from parley.service.hub import Hub
-from parley.service.meetings import ConveneSpec
+from parley.service.meetings.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, page

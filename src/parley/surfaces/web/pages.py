@@ -16,7 +16,7 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, MailSummary
 from parley.service.hub import Hub
 from parley.service.identity import require_operator
-from parley.service.mail import inbox_topic
+from parley.service.mail.mailbox import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, about_events, live
 from parley.surfaces.web.render import fragment, page

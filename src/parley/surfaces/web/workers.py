@@ -16,7 +16,7 @@ from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.workers import Worker
 from parley.service.hub import Hub
-from parley.service.workers import WORKERS_TOPIC, SpawnSpec, StartSpec
+from parley.service.workers.records import WORKERS_TOPIC, SpawnSpec, StartSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, live
 from parley.surfaces.web.render import attempt, fragment, page

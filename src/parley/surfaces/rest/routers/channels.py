@@ -11,7 +11,8 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core import discussion as d
 from parley.core.channels import Channel, ChannelMessage, Invocation, Task
 from parley.core.limits import MAX_SEQ, OptionalStorableText, StorableText
-from parley.service.channels import ChannelPatch, ChannelSpec, Posted, channel_topic
+from parley.service.conversations.channels import ChannelPatch, ChannelSpec
+from parley.service.conversations.transcripts import Posted, channel_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES, ErrorBody
 from parley.surfaces.rest.paging import NEXT_DESCRIPTION, IdWindow, SeqWindow, link_next

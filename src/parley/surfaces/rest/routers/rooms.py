@@ -17,9 +17,9 @@ from parley.core.limits import StorableText
 from parley.core.meetings import roll_call
 from parley.core.redact import redact_config
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomConfig, Speech
-from parley.service.channels import channel_topic
-from parley.service.meetings import ConveneSpec
-from parley.service.rooms import MemberView, RoomSpec
+from parley.service.conversations.transcripts import channel_topic
+from parley.service.meetings.meetings import ConveneSpec
+from parley.service.meetings.rooms import MemberView, RoomSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
 from parley.surfaces.rest.paging import NEXT_DESCRIPTION, IdWindow, SeqWindow

@@ -9,7 +9,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from parley.core.mail import InboxFilter
 from parley.service.identity import require_operator
-from parley.service.mail import inbox_topic
+from parley.service.mail.mailbox import inbox_topic
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
 from parley.surfaces.rest.sse import (

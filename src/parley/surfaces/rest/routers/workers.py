@@ -14,8 +14,8 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core import workers as wk
 from parley.core.limits import StorableText
 from parley.core.workers import Artifact, Worker
-from parley.service.worker_control import MAX_TAKEOVER_TIMEOUT_S
-from parley.service.workers import WORKERS_TOPIC, ResultSpec, SpawnSpec, StartSpec
+from parley.service.workers.control import MAX_TAKEOVER_TIMEOUT_S
+from parley.service.workers.records import WORKERS_TOPIC, ResultSpec, SpawnSpec, StartSpec
 from parley.surfaces.rest.deps import Caller, HubDep
 from parley.surfaces.rest.errors import ERROR_RESPONSES
 from parley.surfaces.rest.sse import BackfillPage, SseItem, stream

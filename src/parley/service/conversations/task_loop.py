@@ -1,12 +1,8 @@
-"""Discussion tasks: the loop that gives members their turns (C5–C7, C10–C13).
+"""The loop that drives one discussion task: its rounds, each member's turn, the commit of a
+reply at the linearisation point (C10), the trace of every call (C13) and the task's end.
 
-A trigger message (a user's message in a group, the moderator's kickoff in a discussion, any
-message to an agent in its work channel) starts a task with a snapshot of the speakers and the
-rounds. A newer trigger supersedes the running task: it gets a cancel flag, and — the part that
-makes it safe — a reply is appended only if its trigger is still the channel's latest trigger,
-checked and appended in one transaction under the channel row lock (the linearisation point;
-see docs/supersede.md). Cancellation is best effort; the check at commit is what guarantees that
-no stale reply is ever accepted.
+:class:`~.tasks.TaskRunner` builds on it with what starts, supersedes, cancels and reports
+tasks; this module is what runs between a task's start and its end.
 """
 
 from __future__ import annotations
@@ -28,16 +24,12 @@ from parley.core.channels import (
     Invocation,
     InvocationOutcome,
     LogicalSession,
-    SenderKind,
     Task,
-    TaskMode,
-    refuse_meeting_channel,
 )
-from parley.core.errors import NotFound, ParleyError, PermissionDenied, RuntimeFailure
+from parley.core.errors import ParleyError, RuntimeFailure
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.core.limits import check_text
-from parley.core.ports import Page, Runtime, Tx
+from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import (
     NO_REPLY,
@@ -47,9 +39,9 @@ from parley.core.runtime import (
     Turn,
     TurnResult,
 )
-from parley.service import runners, task_recovery
-from parley.service.channels import Channels, Posted, channel_topic, check_content
 from parley.service.context import ServiceContext
+from parley.service.conversations.task_hooks import TaskHooks
+from parley.service.conversations.transcripts import Transcripts, channel_topic, check_content
 from parley.service.identity import Identity
 
 log = logging.getLogger("parley.tasks")
@@ -66,7 +58,7 @@ class TurnOutcome:
 
 
 @dataclass
-class _Live:
+class LiveTask:
     """In-process state of a running task."""
 
     task: Task
@@ -76,164 +68,36 @@ class _Live:
     ready_at: float = 0.0
 
 
-class TaskRunner:
-    """Starts, drives, supersedes, cancels and reports discussion tasks."""
+ToolBoxFor = Callable[[Principal, str, str], ToolBox | None]
+"""(agent, channel_id, session_id) -> the hub's tools for a turn of that agent (W9), if any."""
+
+
+class TaskLoop:
+    """Runs the tasks this hub launched, each in an asyncio task of its own."""
 
     def __init__(
         self,
         ctx: ServiceContext,
         identity: Identity,
-        channels: Channels,
+        transcripts: Transcripts,
+        hooks: TaskHooks,
         runtime_for: Callable[[Principal], Runtime | None],
-        hub_id: str,
+        toolbox_for: ToolBoxFor,
     ) -> None:
         self.ctx = ctx
         self.identity = identity
-        self.channels = channels
+        self.transcripts = transcripts
+        self.hooks = hooks
         self.runtime_for = runtime_for
-        self.hub_id = hub_id
-        self.live: dict[str, _Live] = {}
-        # Awaited with the finished task once its end has committed.
-        self.on_finished: list[Callable[[Task], Awaitable[None]]] = []
-        # (tx, channel, task) -> Awaitable[None], in the transaction that starts the task: a
-        # worker becomes running in the same commit as its turn's task.
-        self.on_started: list[Callable[[Tx, Channel, Task], Awaitable[None]]] = []
-        # (tx, ended task, why) -> Awaitable[None], in the transaction of a takeover that ended
-        # another hub's task (task_recovery): a worker's turn ends in the same commit.
-        self.on_taken_over: list[Callable[[Tx, Task, str], Awaitable[None]]] = []
-        # Told, in the trigger's transaction, of a trigger for an agent without a runtime.
-        self.notify_idle_agent: (
-            Callable[[Tx, Principal, ChannelMessage], Awaitable[None]] | None
-        ) = None
-        # (agent, channel_id, session_id) -> ToolBox | None: the hub's tools for a turn (W9).
-        self.toolbox_for: Callable[[Principal, str, str], ToolBox | None] = lambda *_: None
+        self.toolbox_for = toolbox_for
+        self.live: dict[str, LiveTask] = {}
         # Test seams for race tests: awaited right before the runtime is called and right
         # between the runtime's return and the commit of its reply (Turn) -> Awaitable[None].
         self.before_call: Callable[[Turn], Awaitable[None]] | None = None
         self.before_commit: Callable[[Turn], Awaitable[None]] | None = None
 
-    # -- triggers ---------------------------------------------------------------------------------
-    async def post_trigger(
-        self,
-        caller: Principal,
-        channel_id: str,
-        content: str,
-        *,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        then: Callable[[Tx, ChannelMessage], Awaitable[None]] | None = None,
-    ) -> Posted:
-        async def job(tx: Tx) -> Posted:
-            channel = await tx.get_channel(channel_id, for_update=True)
-            if channel is None or channel.status == "deleted":
-                raise NotFound(f"no channel {channel_id!r}", code="channel_not_found")
-            if not (caller.is_operator or caller.id in channel.members):
-                raise PermissionDenied(
-                    f"{caller.id!r} is not a member of channel {channel_id!r} and may not post",
-                    code="not_a_member",
-                )
-            refuse_meeting_channel(channel, "take posts from the channel routes")
-            kind: SenderKind = "agent" if caller.kind == "agent" else "human"
-            closed = channel.status == "closed"
-            is_trigger = not closed and d.is_trigger(
-                channel.kind, sender_kind=kind, own_work_channel=caller.id == channel.owner_agent_id
-            )
-            message = await self.channels.append(
-                tx,
-                channel_id,
-                sender_id=caller.id,
-                sender_kind=kind,
-                content=content,
-                reply_to=reply_to,
-                trigger=is_trigger,
-                metadata=metadata,
-            )
-            if then is not None:
-                await then(tx, message)
-            if closed and channel.kind == "discussion":
-                # Kept for the record, answered only by the moderator's closed template (C8).
-                await self.channels.post_as_moderator(tx, channel_id, d.CHANNEL_CLOSED)
-            if not is_trigger:
-                return Posted(message=message)
-            task = await self.start_task(tx, channel, message)
-            return Posted(message=message, task_id=task.id if task else None)
-
-        return await self.ctx.store.write(job)
-
-    async def supersede_running(self, tx: Tx, channel_id: str) -> list[str]:
-        """Flag the channel's running tasks cancelled; their in-process runners are signalled
-        once this transaction commits."""
-        t = tx.table("tasks").c
-        running = await tx.select("tasks", t.channel_id == channel_id, t.status == "running")
-        ids = [old.id for old in running]
-        for old_id in ids:
-            await tx.update("tasks", old_id, cancel_requested=True)
-        if ids:
-            tx.after_commit(lambda: self._signal(ids))
-        return ids
-
-    def _signal(self, task_ids: list[str]) -> None:
-        for old in task_ids:
-            live = self.live.get(old)
-            if live is not None:
-                live.cancel.set()
-
-    async def start_task(self, tx: Tx, channel: Channel, trigger: ChannelMessage) -> Task | None:
-        """Inside the trigger's transaction: flag running tasks superseded and record the new
-        task with its snapshot of speakers and rounds (C12). The task is launched by the commit
-        itself (after-commit), so a caller that goes away after committing cannot strand it."""
-        superseded = await self.supersede_running(tx, channel.id)
-        speakers: list[str] = []
-        for member in channel.members:
-            agent = await self.identity.get(member, tx)
-            if agent is None or agent.kind != "agent":
-                continue
-            if channel.kind == "work" and agent.id != channel.owner_agent_id:
-                continue
-            if agent.runtime_kind == "none":
-                if channel.kind == "work" and self.notify_idle_agent is not None:
-                    await self.notify_idle_agent(tx, agent, trigger)
-                continue
-            speakers.append(agent.id)
-        if not speakers:
-            return None
-        mode: TaskMode = {"work": "wake", "discussion": "discussion"}.get(channel.kind, "group")  # type: ignore[assignment]
-        now = self.ctx.clock.now()
-        task = Task(
-            id=new_ulid(),
-            channel_id=channel.id,
-            trigger_id=trigger.id,
-            mode=mode,
-            members=speakers,
-            rounds=1 if mode == "wake" else channel.discussion_rounds,
-            owner=self.hub_id,
-            lease_until=now + timedelta(seconds=self.ctx.settings.lease_s),
-            created=now,
-        )
-        tx.insert("tasks", task)
-        self.ctx.events.record(
-            tx,
-            "task.started",
-            actor="system",
-            subject=f"task:{task.id}",
-            payload={
-                "channel_id": channel.id,
-                "trigger_id": trigger.id,
-                "mode": mode,
-                "members": speakers,
-                "rounds": task.rounds,
-                "superseded": list(superseded),
-            },
-            trace_id=task.id,
-        )
-        for callback in self.on_started:
-            await callback(tx, channel, task)
-        self._publish_task(tx, task)
-        tx.after_commit(lambda: self.launch(task))
-        return task
-
     def launch(self, task: Task) -> None:
-        live = _Live(task, ready_at=self.ctx.clock.monotonic())
+        live = LiveTask(task, ready_at=self.ctx.clock.monotonic())
         self.live[task.id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"parley-task-{task.id}")
 
@@ -243,7 +107,7 @@ class TaskRunner:
         self.ctx.bus.publish_on_commit(tx, topic, data)
 
     # -- the loop ---------------------------------------------------------------------------------
-    async def _run(self, live: _Live) -> None:
+    async def _run(self, live: LiveTask) -> None:
         task = live.task
         end: str | None = None
         failed_member: str | None = None
@@ -268,7 +132,9 @@ class TaskRunner:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._finish(task, end or "failed", failed_member, error))
 
-    async def _rounds(self, live: _Live, context: _Context) -> tuple[str, str | None, str | None]:
+    async def _rounds(
+        self, live: LiveTask, context: _Context
+    ) -> tuple[str, str | None, str | None]:
         """Run the rounds; return (end reason, failed member, error)."""
         task = live.task
         for number in range(1, task.rounds + 1):
@@ -348,7 +214,7 @@ class TaskRunner:
         for message in await self.ctx.store.write(job, eager=True):
             context.add(message)
 
-    async def _turn(self, live: _Live, ctx: _Context, member: str, number: int) -> TurnOutcome:
+    async def _turn(self, live: LiveTask, ctx: _Context, member: str, number: int) -> TurnOutcome:
         task = live.task
         clock = self.ctx.clock
         t0 = clock.monotonic()
@@ -356,7 +222,7 @@ class TaskRunner:
         session: LogicalSession | None = ctx.sessions.get(member)
         if session is None:
             session = await self.ctx.store.write(
-                lambda tx: self.channels.session(tx, agent, task.channel_id), eager=True
+                lambda tx: self.transcripts.session(tx, agent, task.channel_id), eager=True
             )
             ctx.sessions[member] = session
         if session.model_override == NO_REPLY:
@@ -467,7 +333,7 @@ class TaskRunner:
 
     async def _append_reply(
         self,
-        live: _Live,
+        live: LiveTask,
         ctx: _Context,
         trace: _TraceBase,
         result: TurnResult,
@@ -499,7 +365,7 @@ class TaskRunner:
                 missed = await tx.channel_messages(
                     task.channel_id, after_seq=ctx.last_seq, latest=TRANSCRIPT_WINDOW
                 )
-            message = await self.channels.append(
+            message = await self.transcripts.append(
                 tx,
                 task.channel_id,
                 sender_id=trace.member,
@@ -640,13 +506,13 @@ class TaskRunner:
             )
             if end == "interrupted" and channel is not None and channel.status == "active":
                 # Say so where people look: the channel, not only the task record (Q4).
-                await self.channels.post_as_system(
+                await self.transcripts.post_as_system(
                     tx, task.channel_id, d.interrupted("the hub stopped while it ran")
                 )
             reminder = d.reminder_after(end, task.rounds) if task.mode == "discussion" else None
             if reminder is not None and channel is not None and channel.status == "active":
                 # The discussion stays open: remind the initiator how to finish (C6).
-                await self.channels.post_as_moderator(tx, task.channel_id, reminder)
+                await self.transcripts.post_as_moderator(tx, task.channel_id, reminder)
             self.ctx.events.record(
                 tx,
                 "task.finished",
@@ -668,106 +534,7 @@ class TaskRunner:
         done = await self.ctx.store.write(job)
         if done is None:
             return
-        for callback in self.on_finished:
-            with contextlib.suppress(Exception):
-                await callback(done)
-
-    # -- control and queries ----------------------------------------------------------------------
-    async def cancel(self, caller: Principal, task_id: str) -> Task:
-        """Cancel a running task (C14 DELETE /v1/tasks/{id}); replies not yet committed are
-        rejected with reason ``cancelled``."""
-        task = await self.get(caller, task_id)
-        if task.status != "running":
-            return task
-
-        async def job(tx: Tx) -> None:
-            await tx.update("tasks", task_id, cancel_requested=True)
-            self.ctx.events.record(
-                tx, "task.cancel_requested", actor=caller.id, subject=f"task:{task_id}"
-            )
-
-        await self.ctx.store.write(job)
-        live = self.live.get(task_id)
-        if live is not None:
-            live.cancel.set()
-            if live.runner is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(live.runner)
-        return await self.get(caller, task_id)
-
-    async def get(self, caller: Principal, task_id: str) -> Task:
-        async with self.ctx.store.read() as tx:
-            task: Task | None = await tx.get("tasks", task_id)
-        if task is None:
-            raise NotFound(f"no task {task_id!r}", code="task_not_found")
-        await self.channels.get(caller, task.channel_id, include_deleted=True)
-        return task
-
-    async def of_channel(
-        self, caller: Principal, channel_id: str, *, after: str | None = None, limit: int = 100
-    ) -> list[Task]:
-        """The rows of ``of_channel_page``."""
-        return (await self.of_channel_page(caller, channel_id, after=after, limit=limit)).rows
-
-    async def of_channel_page(
-        self, caller: Principal, channel_id: str, *, after: str | None = None, limit: int = 100
-    ) -> Page[Task]:
-        """A channel's tasks in order after the task ``after``: at most ``limit``, and no more
-        once they hold the hub's page budget in bytes."""
-        if after is not None:
-            check_text(after, "after")
-        await self.channels.get(caller, channel_id)
-        async with self.ctx.store.read() as tx:
-            t = tx.table("tasks").c
-            where = [t.channel_id == channel_id]
-            if after is not None:
-                where.append(t.id > after)
-            return await tx.page(
-                "tasks", *where, key="id", limit=limit, max_bytes=self.ctx.settings.page_max_bytes
-            )
-
-    async def latest_of_channel(self, caller: Principal, channel_id: str, n: int) -> list[Task]:
-        """A channel's ``n`` newest tasks, newest first."""
-        await self.channels.get(caller, channel_id)
-        async with self.ctx.store.read() as tx:
-            t = tx.table("tasks").c
-            return await tx.select(
-                "tasks", t.channel_id == channel_id, order_by=[t.id.desc()], limit=n
-            )
-
-    async def invocations(self, caller: Principal, task_id: str) -> list[Invocation]:
-        await self.get(caller, task_id)
-        async with self.ctx.store.read() as tx:
-            i = tx.table("invocations").c
-            return await tx.select("invocations", i.task_id == task_id, order_by=[i.id])
-
-    async def wait_idle(self) -> None:
-        """Wait until no task of this hub is running (tests, demo, shutdown)."""
-        await runners.wait_all(self.live)
-
-    async def recover(self) -> list[Task]:
-        """End the tasks of hubs that are gone or whose lease ran out: on start, and on every
-        lease sweep when several hubs share the store (Q4, P2, task_recovery)."""
-        return await task_recovery.recover(self)
-
-    async def renew_leases(self) -> None:
-        """Extend this hub's hold on its running tasks; stop driving any it no longer holds
-        (another hub took it over while this one was paused or cut off from the store)."""
-        until = self.ctx.clock.now() + timedelta(seconds=self.ctx.settings.lease_s)
-
-        # Only tasks launched before the renewal: a task is launched once its row committed.
-        driving = list(self.live.items())
-
-        async def job(tx: Tx) -> list[str]:
-            return await tx.renew_task_leases(self.hub_id, until)
-
-        held = set(await self.ctx.store.write(job))
-        for task_id, live in driving:
-            if task_id not in held:
-                live.cancel.set()
-
-    async def stop(self) -> None:
-        await runners.cancel_all(self.live)
+        await self.hooks.finished(done)
 
 
 @dataclass

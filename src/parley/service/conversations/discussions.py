@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.core import discussion as d
-from parley.core.channels import Channel, LogicalSession, refuse_meeting_channel
+from parley.core.channels import Channel, LogicalSession, Task, refuse_meeting_channel
 from parley.core.clock import iso
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import Principal
@@ -21,11 +21,11 @@ from parley.core.ids import new_ulid
 from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.runtime import NO_REPLY
-from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.tasks import TaskRunner
 from parley.service.identity import Identity, require_operator
-from parley.service.mail import Mail
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
 
 
 class Discussions:
@@ -44,6 +44,7 @@ class Discussions:
         self.channels = channels
         self.runner = runner
         self.mail = mail
+        runner.hooks.on_finished(self.remind_initiator)
 
     async def tell_initiator(
         self, tx: Tx, channel: Channel, subject: str, body: str, **payload: Any
@@ -62,6 +63,29 @@ class Discussions:
             {"channel_id": channel.id, "next": "discuss_callback", **payload},
         )
 
+    async def remind_initiator(self, task: Task) -> None:
+        """When a discussion's rounds end and it is still open, the initiator also finds the
+        moderator's reminder in its inbox: an agent connected over MCP is waiting on
+        wait_for_mail, not reading the channel, and must learn that it should now finish."""
+        reminder = d.reminder_after(task.end_reason or "", task.rounds)
+        if task.mode != "discussion" or reminder is None:
+            return
+
+        async def job(tx: Tx) -> None:
+            channel = await tx.get_channel(task.channel_id)
+            if channel is None or channel.status != "active":
+                return
+            await self.tell_initiator(
+                tx,
+                channel,
+                f"Discussion {channel.name!r}: rounds ended ({task.end_reason}); write the "
+                "summary and call discuss_callback",
+                reminder,
+                end_reason=task.end_reason,
+            )
+
+        await self.ctx.store.write(job)
+
     async def create_private_channel(
         self,
         caller: Principal,
@@ -79,7 +103,7 @@ class Discussions:
         if discuss_guide is not None:
             check_text(discuss_guide, "discussGuide")
         if callback_channel_id is None:
-            from parley.service.channels import ChannelSpec
+            from parley.service.conversations.channels import ChannelSpec
 
             return await self.channels.create(
                 caller, ChannelSpec(name=name, kind="group", members=members, private=True)

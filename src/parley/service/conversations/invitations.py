@@ -13,10 +13,10 @@ from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDen
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Tx
-from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
 from parley.service.identity import Identity
-from parley.service.mail import Mail
+from parley.service.mail.mailbox import Mail
 
 INVITABLE_KINDS = ("group", "discussion")
 LIST_LIMIT = 200

@@ -1,6 +1,7 @@
 """Control of running workers (SPEC W4–W7): cancel, takeover, resume, release, heartbeats, the
-health sweep and restart recovery. Functions over the :class:`~parley.service.workers.Workers`
-service, which exposes them as its methods.
+health sweep and restart recovery. Functions over a worker's records
+(:class:`~.records.WorkerRecords`); the :class:`~.workers.Workers` service exposes them as its
+methods.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parley.core import workers as wk
 from parley.core.channels import ChannelMessage
@@ -18,10 +19,8 @@ from parley.core.identity import Principal
 from parley.core.limits import check_length, check_text
 from parley.core.ports import Tx
 from parley.core.workers import Worker, WorkerResult
-from parley.service import worker_results
-
-if TYPE_CHECKING:
-    from parley.service.workers import Workers
+from parley.service.workers import results as worker_results
+from parley.service.workers.records import WorkerRecords
 
 MAX_TAKEOVER_TIMEOUT_S = 120.0
 
@@ -40,7 +39,7 @@ class TakeoverOutcome:
 
 
 async def takeover(
-    workers: Workers,
+    workers: WorkerRecords,
     caller: Principal,
     worker_id: str,
     instruction: str,
@@ -155,7 +154,7 @@ async def takeover(
     )
 
 
-async def wait_turn(workers: Workers, task_id: str, timeout_s: float | None = None) -> bool:
+async def wait_turn(workers: WorkerRecords, task_id: str, timeout_s: float | None = None) -> bool:
     """Wait (at most ``timeout_s``) for a turn this hub has in flight to end; whether it has.
     Its runner returns only once the turn's end is recorded and its worker moved (the task's
     end callbacks ran). A turn not in flight here is not waited for."""
@@ -179,7 +178,7 @@ async def _last_trigger(tx: Tx, worker: Worker) -> str:
     return rows[0].content if rows else ""
 
 
-async def consume_takeover(workers: Workers, tx: Tx, worker: Worker, end: str) -> Worker:
+async def consume_takeover(workers: WorkerRecords, tx: Tx, worker: Worker, end: str) -> Worker:
     """The takeover's turn ended (``end``: how): clear the pending mark and record it."""
     message_id = worker.pending_takeover_message_id
     assert message_id is not None
@@ -201,7 +200,7 @@ async def consume_takeover(workers: Workers, tx: Tx, worker: Worker, end: str) -
 
 
 async def cancel(
-    workers: Workers,
+    workers: WorkerRecords,
     caller: Principal,
     worker_id: str,
     *,
@@ -276,7 +275,7 @@ async def cancel(
     return cancelled
 
 
-async def _stop_turns(workers: Workers, task_ids: Sequence[str], *, force: bool) -> None:
+async def _stop_turns(workers: WorkerRecords, task_ids: Sequence[str], *, force: bool) -> None:
     """Signal the turns to stop and wait until their runtimes let go. ``force`` does not wait
     for a runtime's own cooperative stop: the task is cancelled outright, and the runtime's
     cleanup (a process group killed) runs as it unwinds."""
@@ -295,7 +294,9 @@ async def _stop_turns(workers: Workers, task_ids: Sequence[str], *, force: bool)
         await asyncio.wait(runners)
 
 
-async def resume(workers: Workers, caller: Principal, worker_id: str, note: str = "") -> Worker:
+async def resume(
+    workers: WorkerRecords, caller: Principal, worker_id: str, note: str = ""
+) -> Worker:
     """Resume an interrupted (or stale) worker: a new turn that says it was interrupted, with
     the session's pending mail in front (M5)."""
     check_text(note, "note")
@@ -335,7 +336,7 @@ async def resume(workers: Workers, caller: Principal, worker_id: str, note: str 
     return await workers.ctx.store.write(job)
 
 
-async def release(workers: Workers, caller: Principal, worker_id: str) -> Worker:
+async def release(workers: WorkerRecords, caller: Principal, worker_id: str) -> Worker:
     """Let an idle or stale worker go for good (RELEASED)."""
 
     async def job(tx: Tx) -> Worker:
@@ -348,7 +349,7 @@ async def release(workers: Workers, caller: Principal, worker_id: str) -> Worker
 
 
 async def heartbeat(
-    workers: Workers, caller: Principal, worker_id: str, *, long_running: bool | None = None
+    workers: WorkerRecords, caller: Principal, worker_id: str, *, long_running: bool | None = None
 ) -> Worker:
     """A sign of life from the worker's agent (or the operator); a stale worker runs again.
     ``long_running`` sets or clears the marker that keeps the health monitor quiet."""
@@ -368,7 +369,7 @@ async def heartbeat(
 
 
 async def heartbeat_all(
-    workers: Workers, caller: Principal, *, long_running: bool | None = None
+    workers: WorkerRecords, caller: Principal, *, long_running: bool | None = None
 ) -> list[Worker]:
     """A heartbeat for every unfinished worker of the caller's agent (newest first), in one
     commit."""
@@ -392,7 +393,7 @@ async def heartbeat_all(
 
 
 async def _beat(
-    workers: Workers, tx: Tx, caller: Principal, worker: Worker, long_running: bool | None
+    workers: WorkerRecords, tx: Tx, caller: Principal, worker: Worker, long_running: bool | None
 ) -> Worker:
     values: dict[str, Any] = {"last_heartbeat": workers.ctx.clock.now()}
     if long_running is not None:
@@ -407,7 +408,7 @@ async def _beat(
     return worker
 
 
-async def sweep_stale(workers: Workers) -> list[Worker]:
+async def sweep_stale(workers: WorkerRecords) -> list[Worker]:
     """The health monitor (W6): a running or idle worker silent past the threshold becomes
     stale, unless a takeover is pending or it is long-running. A turn this hub has in flight
     counts as a heartbeat: the hub itself observes that the worker is alive."""
@@ -441,7 +442,7 @@ async def sweep_stale(workers: Workers) -> list[Worker]:
     return await workers.ctx.store.write(job)
 
 
-async def recover(workers: Workers, *, at_start: bool = True) -> list[Worker]:
+async def recover(workers: WorkerRecords, *, at_start: bool = True) -> list[Worker]:
     """On start (W7): a worker left running by a hub that is gone is interrupted, and an
     unfinished child whose parent no longer exists (gone, killed or failed) is flagged with
     ``cancel_propagated_from`` and interrupted, to wait for a person to review and resume it.
@@ -489,7 +490,7 @@ async def recover(workers: Workers, *, at_start: bool = True) -> list[Worker]:
 
 
 async def _flag_orphans(
-    workers: Workers, tx: Tx, rows: list[Worker], changed: dict[str, Worker]
+    workers: WorkerRecords, tx: Tx, rows: list[Worker], changed: dict[str, Worker]
 ) -> None:
     """Flag (and interrupt) every unfinished worker whose parent is gone, killed or failed;
     what changed is added to ``changed``."""

@@ -5,20 +5,30 @@ what the service refuses is answered with its code and message (``Bridge.on_comm
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from parley.core import bridge as br
 from parley.core import workers as wk
-from parley.core.bridge import CommandCall
+from parley.core.bridge import BridgePlace, CommandCall
 from parley.core.errors import InvalidRequest, NotFound
 from parley.core.identity import Principal
 from parley.core.workers import Worker
-from parley.service.channels import ChannelSpec
-from parley.service.worker_views import session_names
-from parley.service.workers import SpawnSpec
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.hub import Hub
+from parley.service.workers.records import SpawnSpec
+from parley.service.workers.views import session_names
 
-if TYPE_CHECKING:
-    from parley.service.bridge import Bridge
+
+class Bridge(Protocol):
+    """What a command needs of the bridge that runs it (:class:`~.bridge.Bridge` is one): the
+    hub, the worker whose post the command was run in, and a post of its own for a channel."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    async def worker_here(self, place_id: str) -> Worker: ...
+
+    async def open_channel_post(self, channel_id: str, title: str, first: str) -> BridgePlace: ...
 
 
 def _option(call: CommandCall, name: str) -> str:

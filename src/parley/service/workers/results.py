@@ -1,11 +1,10 @@
 """How a child's work comes back (SPEC W3): its result, over-budget summaries stored as
 artifacts, the ``task-result`` to the parent's session and the parent unblocked. Functions over
-the :class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+a worker's records (:class:`~.records.WorkerRecords`); the :class:`~.workers.Workers` service
+exposes them as its methods.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from parley.core import workers as wk
 from parley.core.channels import LogicalSession
@@ -14,13 +13,11 @@ from parley.core.identity import Principal
 from parley.core.ids import new_id
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
-
-if TYPE_CHECKING:
-    from parley.service.workers import ResultSpec, Workers
+from parley.service.workers.records import ResultSpec, WorkerRecords
 
 
 async def finish_child(
-    workers: Workers, tx: Tx, worker: Worker, result: WorkerResult, *, actor: str
+    workers: WorkerRecords, tx: Tx, worker: Worker, result: WorkerResult, *, actor: str
 ) -> Worker:
     """End a child with its result and hand the result to the parent: a ``task-result``
     mail to the parent's session, and, when the parent blocked on this child, a message in
@@ -61,7 +58,9 @@ async def finish_child(
     return done
 
 
-async def deliver_result(workers: Workers, tx: Tx, child: Worker, result: WorkerResult) -> None:
+async def deliver_result(
+    workers: WorkerRecords, tx: Tx, child: Worker, result: WorkerResult
+) -> None:
     if child.parent_worker_id is None:
         return
     parent: Worker | None = await tx.get("workers", child.parent_worker_id, for_update=True)
@@ -116,7 +115,7 @@ async def deliver_result(workers: Workers, tx: Tx, child: Worker, result: Worker
 
 
 async def report_result(
-    workers: Workers, caller: Principal, worker_id: str | None, spec: ResultSpec
+    workers: WorkerRecords, caller: Principal, worker_id: str | None, spec: ResultSpec
 ) -> Worker:
     """A child reports its result through a tool (an agent connected over MCP, or one that
     wants to attach artifacts): the worker ends, the parent gets the result, and a turn of
@@ -141,7 +140,7 @@ async def report_result(
 
 
 async def _reporting_worker(
-    workers: Workers, tx: Tx, caller: Principal, worker_id: str | None
+    workers: WorkerRecords, tx: Tx, caller: Principal, worker_id: str | None
 ) -> Worker:
     if worker_id is None:
         w = tx.table("workers").c

@@ -21,10 +21,10 @@ from parley.core.errors import (
 from parley.core.identity import Principal
 from parley.core.ports import Subscription, Tx
 from parley.core.runtime import NO_REPLY, Turn, TurnResult
-from parley.service.channels import check_content
 from parley.service.context import ServiceContext
+from parley.service.conversations.transcripts import check_content
 from parley.service.identity import TOKENS_REVOKED, revocation_topic, token_revoked
-from parley.service.mail import Mail
+from parley.service.mail.mailbox import Mail
 
 MAX_WAIT_S = 300.0
 

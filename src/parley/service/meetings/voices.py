@@ -21,11 +21,11 @@ from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Meeting, Minutes, Room, Speech, SpeechOutcome
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
-from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.tasks import TaskRunner
 from parley.service.identity import Identity
-from parley.service.mail import Mail
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
 
 PROJECTION_MESSAGES = 20
 

@@ -13,31 +13,29 @@ however many of its tasks the crash cut off. Nothing committed is touched.
 
 The task's old driver, if it is only paused, never writes the task's end (it finds the task
 ended), so whatever hangs on that end happens in the takeover's transaction instead
-(``TaskRunner.on_taken_over``): a worker whose turn it was is ``interrupted`` there, with the
+(``TaskHooks.on_taken_over``): a worker whose turn it was is ``interrupted`` there, with the
 reason, and can be resumed at once.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from parley.core import discussion as d
 from parley.core.channels import Channel, EndReason, Task
 from parley.core.ports import Tx
-
-if TYPE_CHECKING:
-    from parley.service.tasks import TaskRunner
+from parley.service.context import ServiceContext
+from parley.service.conversations.task_hooks import TaskHooks
+from parley.service.conversations.transcripts import Transcripts
 
 STOPPED = "the hub stopped while the task ran"
 LOST_LEASE = "the hub driving it stopped renewing its lease (paused or cut off from the store)"
 
 
-async def recover(runner: TaskRunner) -> list[Task]:
-    """End the tasks of hubs that are gone or whose lease ran out; return them. Remote agents'
-    turns they offered are withdrawn (an answer to one would be lost)."""
-    ctx = runner.ctx
+async def recover(
+    ctx: ServiceContext, transcripts: Transcripts, hooks: TaskHooks, me: str
+) -> list[Task]:
+    """End the tasks of hubs that are gone or whose lease ran out, as the hub ``me``; return
+    them. Remote agents' turns they offered are withdrawn (an answer to one would be lost)."""
     now = ctx.clock.now()
-    me = runner.hub_id
     # Each owner is asked once (PostgreSQL asks the server): a dead hub leaves many tasks.
     alive: dict[str, bool] = {}
 
@@ -96,7 +94,7 @@ async def recover(runner: TaskRunner) -> list[Task]:
             await _withdraw_turns(tx, task.id)
             if end == "interrupted" and status == "active" and task.channel_id not in noted:
                 noted.add(task.channel_id)
-                await runner.channels.post_as_system(
+                await transcripts.post_as_system(
                     tx, task.channel_id, d.interrupted("the hub driving it stopped")
                 )
             ctx.events.record(
@@ -116,8 +114,7 @@ async def recover(runner: TaskRunner) -> list[Task]:
                 update={"status": "finished", "end_reason": end, "error": error, "finished": now}
             )
             why = LOST_LEASE if lease_ran_out else "the hub stopped while it ran"
-            for callback in runner.on_taken_over:
-                await callback(tx, done, why)
+            await hooks.taken_over(tx, done, why)
             ended.append(done)
         return ended
 

@@ -18,8 +18,8 @@ from parley.core.ids import new_id
 from parley.core.limits import StorableText, check_text
 from parley.core.ports import Page, Tx
 from parley.core.rooms import MEETING_STATES, Brief, MemberState, Room, RoomConfig, RoomMember
-from parley.service.channels import Channels
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
 from parley.service.identity import Identity
 
 

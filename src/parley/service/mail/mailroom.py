@@ -24,7 +24,7 @@ from parley.core.mailroom import ImportResult
 from parley.core.ports import Tx
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity, require_operator
-from parley.service.mail import inbox_topic
+from parley.service.mail.mailbox import inbox_topic
 
 _ID_CHUNK = 500
 # What a sender chose of a message (as in a SendRequest): what the message limit measures.

@@ -19,9 +19,9 @@ from parley.core.ports import Page, Tx
 from parley.core.rooms import Brief, Meeting, PulseEntry, Room, RoomMember
 from parley.service.context import ServiceContext
 from parley.service.identity import Identity
-from parley.service.mail import Mail
-from parley.service.meetings import ConveneSpec, Escalation, Meetings
-from parley.service.rooms import Rooms
+from parley.service.mail.mailbox import Mail
+from parley.service.meetings.meetings import ConveneSpec, Escalation, Meetings
+from parley.service.meetings.rooms import Rooms
 
 log = logging.getLogger("parley.pulse")
 

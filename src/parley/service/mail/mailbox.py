@@ -22,7 +22,6 @@ from parley.core.limits import check_size, check_text, json_bytes
 from parley.core.mail import InboxFilter, MailSummary, Message, SendRequest
 from parley.core.ports import Page, Tx
 from parley.service.context import ServiceContext
-from parley.service.delivery_marks import DeliveryMarks
 from parley.service.identity import (
     TOKENS_REVOKED,
     Identity,
@@ -30,6 +29,7 @@ from parley.service.identity import (
     revocation_topic,
     token_revoked,
 )
+from parley.service.mail.delivery_marks import DeliveryMarks
 from parley.service.quotas import Ticket
 
 THREAD_DEPTH = 50

@@ -12,30 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from parley.core import meetings as mt
-from parley.core.channels import TRANSCRIPT_WINDOW, Channel, ChannelMessage, Task
-from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied, RuntimeFailure
-from parley.core.identity import MODERATOR_ID, SYSTEM_ID, Principal
+from parley.core.channels import Channel, ChannelMessage, Task
+from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
 from parley.core.limits import StorableText, check_seq, check_text
 from parley.core.ports import Page, Runtime, Tx
-from parley.core.redact import redact_text
-from parley.core.rooms import Attendee, Meeting, MeetingEndReason, Minutes, Room, RoomMember, Speech
-from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
-from parley.service import runners
-from parley.service.channels import Channels, channel_topic, check_content
+from parley.core.rooms import Attendee, Meeting, Minutes, Room, RoomMember, Speech
 from parley.service.context import ServiceContext
+from parley.service.conversations.channels import Channels
+from parley.service.conversations.tasks import TaskRunner
+from parley.service.conversations.transcripts import check_content
 from parley.service.identity import Identity
-from parley.service.mail import Mail
-from parley.service.meeting_voices import SpeakerContext, Voices, entries, meeting_turn
-from parley.service.rooms import MemberView, Rooms, not_a_member
-from parley.service.tasks import TaskRunner
+from parley.service.mail.mailbox import Mail
+from parley.service.meetings.driver import MeetingDriver, moderates
+from parley.service.meetings.rooms import MemberView, Rooms, not_a_member
 
 log = logging.getLogger("parley.meetings")
 
@@ -66,25 +64,8 @@ class MeetingStatus:
     recent: list[ChannelMessage]
 
 
-@dataclass
-class _Live:
-    """In-process state of a meeting this hub drives."""
-
-    meeting_id: str
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    runner: asyncio.Task[None] | None = None
-    # Transcript entries by message id: each message is rendered once for all the prompts.
-    rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
-
-
-def _moderates(convener: Principal) -> bool:
-    """Whether the convener's own model moderates: an agent with a runtime the hub can call (not
-    a human, not a remote agent)."""
-    return convener.kind == "agent" and convener.runtime_kind not in ("none", "remote")
-
-
-class Meetings:
-    """Convenes, drives, stops and records meetings."""
+class Meetings(MeetingDriver):
+    """Convenes, drives (:class:`~.driver.MeetingDriver`), stops and records meetings."""
 
     def __init__(
         self,
@@ -98,17 +79,19 @@ class Meetings:
         runtime_for_config: Callable[[str, dict[str, Any]], Runtime | None],
         hub_id: str,
     ) -> None:
-        self.ctx = ctx
-        self.identity = identity
-        self.channels = channels
-        self.tasks = tasks
-        self.mail = mail
-        self.rooms = rooms
-        self.runtime_for = runtime_for
-        self.runtime_for_config = runtime_for_config
-        self.hub_id = hub_id
-        self.live: dict[str, _Live] = {}
-        self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
+        super().__init__(
+            ctx,
+            identity,
+            channels,
+            tasks,
+            mail,
+            rooms,
+            runtime_for,
+            runtime_for_config,
+            hub_id,
+        )
+        # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
+        tasks.hooks.on_finished(self.on_task_finished)
 
     # -- convening --------------------------------------------------------------------------------
     async def convene(
@@ -257,19 +240,9 @@ class Meetings:
         return await self.ctx.store.write(job)
 
     def _moderator_runtime_label(self, convener: Principal, room: Room) -> str:
-        if _moderates(convener):
+        if moderates(convener):
             return f"convener:{convener.id}:{convener.runtime_kind}"
         return f"room:{room.config.moderator_runtime.get('kind', 'none')}"
-
-    def _publish(self, tx: Tx, meeting: Meeting) -> None:
-        data = {"type": "meeting", "meeting": meeting.model_dump(mode="json")}
-        topic = channel_topic(meeting.channel_id)
-        self.ctx.bus.publish_on_commit(tx, topic, data)
-
-    def launch(self, meeting: Meeting) -> None:
-        live = _Live(meeting.id)
-        self.live[meeting.id] = live
-        live.runner = asyncio.create_task(self._drive(live), name=f"parley-meeting-{meeting.id}")
 
     # -- entry at the work-unit boundary ----------------------------------------------------------
     async def on_task_finished(self, task: Task) -> None:
@@ -282,276 +255,6 @@ class Meetings:
             if self.rooms.in_flight(agent_id):
                 continue
             await self._admit(agent_id)
-
-    async def _admit(self, agent_id: str) -> None:
-        async def job(tx: Tx) -> None:
-            member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
-            if member is None or member.state != "awaiting-entry" or member.meeting_id is None:
-                return
-            meeting: Meeting | None = await tx.get("meetings", member.meeting_id, for_update=True)
-            if meeting is None or meeting.status != "running":
-                return
-            attendees = [
-                a.model_copy(update={"attendance": "present", "entered_round": meeting.round})
-                if a.agent_id == agent_id
-                else a
-                for a in meeting.attendees
-            ]
-            await tx.update("meetings", meeting.id, attendees=[a.model_dump() for a in attendees])
-            await tx.update("room_members", agent_id, state=mt.enter(member.state))
-            self.ctx.events.record(
-                tx,
-                "meeting.entered",
-                actor=agent_id,
-                subject=f"meeting:{meeting.id}",
-                payload={"agent_id": agent_id, "round": meeting.round, "late": True},
-                trace_id=meeting.id,
-            )
-            self._publish(tx, meeting.model_copy(update={"attendees": attendees}))
-
-        await self.ctx.store.write(job)
-
-    # -- the driver -------------------------------------------------------------------------------
-    async def _drive(self, live: _Live) -> None:
-        end: MeetingEndReason = "failed"
-        error: str | None = None
-        minutes: list[Minutes] = []
-        try:
-            end = await self._rounds(live)
-            if end in ("adjourned", "round_cap"):
-                meeting, room, _ = await self._load(live.meeting_id)
-                minutes = await self.voices.write_minutes(meeting, room)
-        except asyncio.CancelledError:
-            end, error = "interrupted", "the hub stopped while the meeting ran"
-            raise
-        except Exception as exc:  # a bug or a store failure: never leave a meeting running
-            log.exception("meeting %s failed", live.meeting_id)
-            end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
-        finally:
-            self.live.pop(live.meeting_id, None)
-            await asyncio.shield(self._end(live.meeting_id, end, error, minutes))
-
-    async def _end(
-        self, meeting_id: str, end: MeetingEndReason, error: str | None, minutes: list[Minutes]
-    ) -> None:
-        """Close the meeting; if delivering the minutes breaks the close, close it without them:
-        a meeting left running holds its members and its room for good."""
-        try:
-            await self._close(meeting_id, end, error, minutes)
-        except Exception as exc:
-            log.exception("closing meeting %s failed", meeting_id)
-            if not minutes:
-                return
-            reason = redact_text(f"delivering the minutes failed: {exc.__class__.__name__}: {exc}")
-            with contextlib.suppress(Exception):
-                await self._close(meeting_id, "failed", reason, ())
-
-    async def _load(self, meeting_id: str) -> tuple[Meeting, Room, list[ChannelMessage]]:
-        async with self.ctx.store.read() as tx:
-            meeting: Meeting = await tx.get("meetings", meeting_id)
-            room = await self.rooms.require(tx, meeting.room_id)
-            window = await tx.channel_messages(meeting.channel_id, latest=TRANSCRIPT_WINDOW)
-        return meeting, room, window
-
-    async def _rounds(self, live: _Live) -> MeetingEndReason:
-        counts: dict[str, int] = {}
-        last: str | None = None
-        # Read once: a room's settings do not change while it meets, and every turn's commit
-        # gives back the meeting row and the transcript window as they stand after it.
-        meeting, room, window = await self._load(live.meeting_id)
-        while True:
-            if live.stop.is_set() or meeting.stop_requested:
-                return "stopped"
-            # An awaiting member whose turn ended while nobody told us enters now.
-            for a in meeting.attendees:
-                if a.attendance == "awaiting" and not self.rooms.in_flight(a.agent_id):
-                    await self._admit(a.agent_id)
-            present = mt.present(meeting)
-            # Turns given, not speeches committed: a failed speech is a turn too, or a meeting
-            # whose every speech fails would never reach its cap.
-            if mt.round_cap_reached(meeting.turns, len(present), meeting.max_rounds):
-                return "round_cap"
-            transcript = entries(window, live.rendered)
-            decision, context = await self._moderate(
-                live, meeting, room, transcript, present, counts, last
-            )
-            if live.stop.is_set():
-                return "stopped"
-            if decision.action == "adjourn":
-                return "adjourned"
-            assert decision.next is not None and context is not None
-            meeting, window = await self.voices.speak(
-                live.stop, meeting, room, window, transcript, decision.next, counts, context
-            )
-            counts[decision.next] = counts.get(decision.next, 0) + 1
-            last = decision.next
-
-    async def _moderate(
-        self,
-        live: _Live,
-        meeting: Meeting,
-        room: Room,
-        transcript: tuple[TranscriptEntry, ...],
-        present: list[str],
-        counts: dict[str, int],
-        last: str | None,
-    ) -> tuple[mt.Decision, SpeakerContext | None]:
-        """The moderator's decision, recorded; for an invitation, read in the same transaction
-        what the invited speaker's prompt needs."""
-        runtime, agent = await self._moderator(meeting, room)
-        roster = [a.agent_id for a in meeting.attendees]
-        round_number = mt.round_of(meeting.turns, len(present))
-        text: str | None = None
-        failure: str | None = None
-        result: TurnResult | None = None
-        invocation_id = new_ulid()
-        started = self.ctx.clock.monotonic()
-        if runtime is None:
-            failure = "no_moderator_model"
-        else:
-            prompt = Prompt(
-                system=mt.moderator_prompt(
-                    topic=meeting.topic,
-                    roster=roster,
-                    present=present,
-                    not_spoken=[m for m in present if counts.get(m, 0) == 0],
-                    counts=counts,
-                    round_number=round_number,
-                    max_rounds=meeting.max_rounds,
-                ),
-                task=meeting.topic,
-                transcript=transcript,
-                instructions="Answer with the JSON decision only.",
-            )
-            turn = meeting_turn(
-                self.ctx, invocation_id, agent, meeting, prompt, live.stop, round_number
-            )
-            try:
-                result = await runtime.respond(turn)
-                text = result.text
-            except RuntimeFailure as exc:
-                failure = exc.code
-        decision = mt.parse_decision(
-            text, present=present, counts=counts, last=last, failure=failure
-        )
-        route = redact_text(result.model_route) if result else meeting.moderator_route
-
-        async def job(tx: Tx) -> SpeakerContext | None:
-            if runtime is not None:
-                self.voices.invocation(
-                    tx,
-                    invocation_id,
-                    meeting,
-                    MODERATOR_ID,
-                    round_number,
-                    route,
-                    "failed" if failure else "accepted",
-                    decision.fallback,
-                    started,
-                )
-            self.ctx.events.record(
-                tx,
-                "meeting.moderator_fallback" if decision.fallback else "meeting.moderator",
-                actor=MODERATOR_ID,
-                subject=f"meeting:{meeting.id}",
-                payload={
-                    "action": decision.action,
-                    "next": decision.next,
-                    "fallback": decision.fallback,
-                    "model_route": route,
-                    "scripted": route.startswith("scripted"),
-                },
-                trace_id=meeting.id,
-            )
-            if decision.next is None:
-                return None
-            return await self.voices.context(tx, meeting, room, decision.next)
-
-        return decision, await self.ctx.store.write(job, eager=True)
-
-    async def _moderator(self, meeting: Meeting, room: Room) -> tuple[Runtime | None, AgentProfile]:
-        """The convener's runtime, or the room's default moderator runtime for a human (or a
-        remote agent, which has no model the hub can call)."""
-        convener = await self.identity.get(meeting.convened_by)
-        profile = AgentProfile(
-            id=MODERATOR_ID, display_name="moderator", workspace=None, persona="", runtime={}
-        )
-        if convener is not None and _moderates(convener):
-            return self.runtime_for(convener), profile
-        config = room.config.moderator_runtime
-        if config.get("kind", "none") == "none":
-            return None, profile
-        return self.runtime_for_config(f"{room.id}.moderator", config), profile
-
-    # -- the end: dismissal, minutes delivery ------------------------------------------------------
-    async def _close(
-        self,
-        meeting_id: str,
-        end: MeetingEndReason,
-        error: str | None,
-        minutes: Sequence[Minutes],
-        *,
-        only_if_owner_dead: bool = False,
-    ) -> Meeting | None:
-        now = self.ctx.clock.now()
-
-        async def job(tx: Tx) -> Meeting | None:
-            meeting: Meeting | None = await tx.get("meetings", meeting_id, for_update=True)
-            if meeting is None or meeting.status != "running":
-                return None
-            if (
-                only_if_owner_dead
-                and meeting.owner is not None
-                and await self.ctx.store.is_alive(meeting.owner)
-            ):
-                return None
-            await tx.get_channel(meeting.channel_id, for_update=True)
-            await tx.update(
-                "meetings", meeting_id, status="ended", end_reason=end, error=error, ended=now
-            )
-            await tx.update("channels", meeting.channel_id, status="closed")
-            for a in meeting.attendees:
-                member: RoomMember | None = await tx.get(
-                    "room_members", a.agent_id, for_update=True
-                )
-                if member is None or member.meeting_id != meeting_id:
-                    continue
-                # Restore the state the summons found, for those who came late or never too.
-                restored = mt.dismiss(member.state, member.state_before or a.before)
-                await tx.update(
-                    "room_members", a.agent_id, state=restored, state_before=None, meeting_id=None
-                )
-            p = tx.table("pending_turns").c
-            for turn in await tx.select(
-                "pending_turns", p.channel_id == meeting.channel_id, p.status == "pending"
-            ):
-                await tx.update("pending_turns", turn.id, status="cancelled")
-            note = {
-                "interrupted": "[Meeting interrupted] The hub stopped while it ran; the "
-                "transcript is kept.",
-                "stopped": "[Meeting stopped] An emergency stop ended it.",
-                "failed": f"[Meeting failed] {error or ''}",
-            }.get(end, f"[Meeting adjourned] ({end})")
-            await self.channels.post_as_system(tx, meeting.channel_id, note)
-            for record in minutes:
-                if record.status == "delivered":
-                    record = await self.voices.deliver_minutes(tx, meeting, record)
-                tx.insert("minutes", record)
-            self.ctx.events.record(
-                tx,
-                "meeting.ended",
-                actor="system",
-                subject=f"meeting:{meeting_id}",
-                payload={"end_reason": end, "error": error, "speeches": meeting.speeches},
-                trace_id=meeting_id,
-            )
-            done = meeting.model_copy(
-                update={"status": "ended", "end_reason": end, "error": error, "ended": now}
-            )
-            self._publish(tx, done)
-            return done
-
-        return await self.ctx.store.write(job)
 
     # -- humans, stop, queries, recovery ----------------------------------------------------------
     async def post(self, caller: Principal, meeting_id: str, content: str) -> ChannelMessage:
@@ -760,10 +463,6 @@ class Meetings:
             rows = [r for r in rows if r.agent_id == caller.id]
         return rows
 
-    async def wait_idle(self) -> None:
-        """Wait until no meeting of this hub is being driven (tests, demo, shutdown)."""
-        await runners.wait_all(self.live)
-
     async def recover(self) -> list[Meeting]:
         """On start and on every lease sweep: a meeting left running by a hub that is gone is
         closed as interrupted, its transcript kept and its members restored (R7)."""
@@ -791,6 +490,3 @@ class Meetings:
             if closed is not None:
                 out.append(closed)
         return out
-
-    async def stop_all(self) -> None:
-        await runners.cancel_all(self.live)

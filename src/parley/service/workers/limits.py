@@ -1,25 +1,22 @@
 """How far one principal may grow a worker tree: how deep a child may sit, how many unfinished
 children a worker may have, and what starting or spawning a worker costs against the caller's
-send quota. Functions over the :class:`~parley.service.workers.Workers` service.
+send quota. Functions over a worker's records (:class:`~.records.WorkerRecords`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from parley.core import workers as wk
 from parley.core.identity import Principal
 from parley.core.ports import Tx
 from parley.core.workers import Worker
 from parley.service.quotas import Ticket
-
-if TYPE_CHECKING:
-    from parley.service.workers import Workers
+from parley.service.workers.records import WorkerRecords
 
 
 async def charged(
-    workers: Workers, caller: Principal, job: Callable[[Tx, Ticket], Awaitable[Worker]]
+    workers: WorkerRecords, caller: Principal, job: Callable[[Tx, Ticket], Awaitable[Worker]]
 ) -> Worker:
     """Run a write job that stores the caller's text, against the caller's send quota as mail
     and posts are: the job charges its ticket once it knows what it stores, and the charge is
@@ -33,7 +30,7 @@ async def charged(
         raise
 
 
-async def check_room(workers: Workers, tx: Tx, parent: Worker) -> None:
+async def check_room(workers: WorkerRecords, tx: Tx, parent: Worker) -> None:
     """Refuse a child of ``parent`` that would sit deeper below its root than the depth limit,
     or one unfinished child more than the fan-out limit.
 

@@ -1,12 +1,13 @@
 """What the worker tree looks like to a caller (SPEC W8): one worker, the caller's workers, a
-trace's child tree, a logical session's topology, and artifacts. Functions over the
-:class:`~parley.service.workers.Workers` service, which exposes them as its methods.
+trace's child tree, a logical session's topology, and artifacts. Functions over a worker's
+records (:class:`~.records.WorkerRecords`); the :class:`~.workers.Workers` service exposes them
+as its methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parley.core import workers as wk
 from parley.core.channels import LogicalSession
@@ -16,20 +17,18 @@ from parley.core.limits import check_text
 from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker
-
-if TYPE_CHECKING:
-    from parley.service.workers import Workers
+from parley.service.workers.records import WorkerRecords
 
 LIST_MAX = 1000
 
 
-async def get(workers: Workers, caller: Principal, worker_id: str) -> Worker:
+async def get(workers: WorkerRecords, caller: Principal, worker_id: str) -> Worker:
     async with workers.ctx.store.read() as tx:
         return await workers.visible(tx, caller, worker_id)
 
 
 async def listing(
-    workers: Workers, caller: Principal, *, state: Sequence[str] = (), limit: int = 200
+    workers: WorkerRecords, caller: Principal, *, state: Sequence[str] = (), limit: int = 200
 ) -> list[Worker]:
     """Workers the caller may see, newest first, at most ``limit`` (1 to 1000)."""
     for s in state:
@@ -56,7 +55,7 @@ async def listing(
     return sorted(seen, key=lambda r: r.id, reverse=True)[:limit]
 
 
-async def tree(workers: Workers, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
+async def tree(workers: WorkerRecords, caller: Principal, worker_id: str) -> list[dict[str, Any]]:
     """The worker's trace as a child tree: the workers sharing its trace id that the caller may
     see (:func:`nested`)."""
     async with workers.ctx.store.read() as tx:
@@ -66,7 +65,7 @@ async def tree(workers: Workers, caller: Principal, worker_id: str) -> list[dict
     return nested(workers, wk.visible(caller, rows))
 
 
-def nested(workers: Workers, rows: Iterable[Worker]) -> list[dict[str, Any]]:
+def nested(workers: WorkerRecords, rows: Iterable[Worker]) -> list[dict[str, Any]]:
     """Workers as the child tree every surface shows, nested at most as deep as the depth limit
     (:func:`~parley.core.workers.topology`). The rows are the ones the caller may see: what it
     sees is closed downwards, so a visible worker whose parent is hidden (a child's agent looking
@@ -74,7 +73,7 @@ def nested(workers: Workers, rows: Iterable[Worker]) -> list[dict[str, Any]]:
     return wk.topology(rows, nesting=workers.ctx.settings.worker_max_depth)
 
 
-async def topology(workers: Workers, caller: Principal, session_id: str) -> dict[str, Any]:
+async def topology(workers: WorkerRecords, caller: Principal, session_id: str) -> dict[str, Any]:
     """A logical session's workers, the child tree under them, the child sessions and the
     session's mail (W8)."""
     check_text(session_id, "session id")
@@ -145,7 +144,7 @@ async def _child_sessions(tx: Tx, session_id: str) -> list[LogicalSession]:
     return found
 
 
-async def artifact(workers: Workers, caller: Principal, artifact_id: str) -> Artifact:
+async def artifact(workers: WorkerRecords, caller: Principal, artifact_id: str) -> Artifact:
     check_text(artifact_id, "artifact id")
     async with workers.ctx.store.read() as tx:
         art: Artifact | None = await tx.get("worker_artifacts", artifact_id)

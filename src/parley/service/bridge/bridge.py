@@ -35,10 +35,10 @@ from parley.core.identity import Principal
 from parley.core.mail import Message
 from parley.core.ports import Subscription, Tx
 from parley.core.workers import Worker
-from parley.service import bridge_commands
-from parley.service.channels import channel_topic
-from parley.service.worker_views import session_names
-from parley.service.workers import WORKERS_TOPIC
+from parley.service.bridge import commands as bridge_commands
+from parley.service.conversations.transcripts import channel_topic
+from parley.service.workers.records import WORKERS_TOPIC
+from parley.service.workers.views import session_names
 
 if TYPE_CHECKING:
     from parley.service.hub import Hub
