@@ -57,6 +57,11 @@ RUN_ONCE = (
     "tests/acceptance/test_cli_rooms.py",
     "tests/acceptance/test_cli_workers.py",
     "tests/acceptance/test_demo",
+    "tests/acceptance/test_mcp_inspector.py",
+    "tests/acceptance/test_mcp_stdio.py",
+    "tests/acceptance/test_security_log_tokens.py",
+    "tests/acceptance/test_security_request_guard.py",
+    "tests/acceptance/test_serve_json_logs.py",
 )
 """Tests that reach the store but whose subject is not the store: what the web UI, the CLI, the
 docs' examples and the Discord bridge make of what the services give them. They run once, on
