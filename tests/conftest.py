@@ -67,6 +67,15 @@ RUN_ONCE = (
 docs' examples and the Discord bridge make of what the services give them. They run once, on
 SQLite; the services and the store they call are tested on both backends elsewhere."""
 
+SLOW_FIRST = (
+    "tests/integration/test_api_fuzz.py",
+    "tests/integration/test_security_secrets.py",
+    "tests/unit/test_mailroom_exact.py",
+    "tests/acceptance/",
+    "tests/web/",
+)
+"""Modules of the longest tests (``--durations``), started first."""
+
 COUNTS = pytest.StashKey[dict[str, int]]()
 """How many tests of each kind (``where_it_runs``) this run selected."""
 
@@ -83,6 +92,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def relative(item: pytest.Item) -> str:
+    return Path(str(item.path)).relative_to(ROOT).as_posix()
+
+
 def where_it_runs(item: pytest.Item) -> str:
     """Where a test runs: "contract" on both backends, "sqlite_only" or "postgres_only" on that
     one, "once" on SQLite only (the same test on either backend), "opt_in" when asked."""
@@ -95,8 +108,7 @@ def where_it_runs(item: pytest.Item) -> str:
             return only
     # A test that asks for no backend (and so no database) is the same test on both: it runs
     # once. So is one whose subject is a surface over the store.
-    path = Path(str(item.path)).relative_to(ROOT).as_posix()
-    if "backend" not in names or path.startswith(RUN_ONCE):
+    if "backend" not in names or relative(item).startswith(RUN_ONCE):
         return "once"
     return "contract"
 
@@ -118,7 +130,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # The longest first, so that parallel processes do not end waiting on one of them; each
+    # module stays in one piece, in its own order.
+    items[:] = sorted(kept, key=lambda item: not relative(item).startswith(SLOW_FIRST))
     config.stash[COUNTS] = dict(counts)
 
 

@@ -159,7 +159,7 @@ class PostgresWorkerDatabase:
     """One migrated database for one test process, emptied before each test."""
 
     def __init__(self, worker: str, home: Path) -> None:
-        self.prefix = f"parley_w_{worker}"
+        self.prefix = f"parley_t_{worker}"
         self.home = home
         self.name = ""
         self.schema = ""
