@@ -47,9 +47,8 @@ def test_cli_finds_the_hub_and_token_through_the_data_root(hub: ServedHub) -> No
     assert me["role"] == "operator"
 
 
-def test_second_serve_on_the_same_sqlite_home_is_refused(hub: ServedHub, backend: str) -> None:
-    if backend == "postgres":
-        pytest.skip("the single-hub rule guards SQLite data roots; PostgreSQL allows several")
+def test_second_serve_on_the_same_sqlite_home_is_refused(sqlite_only: None, hub: ServedHub) -> None:
+    """The single-hub rule guards SQLite data roots; PostgreSQL allows several hubs."""
     second = spawn_hub(hub.home)
     try:
         assert second.proc.wait(60) == 1

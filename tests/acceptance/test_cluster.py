@@ -46,12 +46,6 @@ KILL_ITERATIONS = 20
 
 
 @pytest.fixture
-def postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("several hubs share a PostgreSQL database (run with --backend postgres)")
-
-
-@pytest.fixture
 async def cluster(
     postgres_only: None, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[list[HubProcess]]:

@@ -34,10 +34,8 @@ from tests.acceptance.test_crash_recovery import HubProcess, finished, next_turn
 
 @pytest.fixture
 async def two_hubs(
-    backend: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+    postgres_only: None, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[list[HubProcess]]:
-    if backend != "postgres":
-        pytest.skip("several hubs share a PostgreSQL database (run with --backend postgres)")
     monkeypatch.setenv("PARLEY_LEASE_S", str(LEASE_S))
     monkeypatch.setenv("PARLEY_LEASE_SWEEP_S", str(SWEEP_S))
     hubs = [new_hub(tmp_path, database_url, name) for name in "ab"]

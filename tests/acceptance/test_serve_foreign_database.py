@@ -11,6 +11,9 @@ import pytest
 from tests.acceptance.cli_support import spawn_hub, wait_ready
 from tests.integration.test_store_foreign import ORDERS, an_orders_app, rows, tables
 
+# Another application's tables and a schema of parley's own go into the database.
+pytestmark = pytest.mark.fresh_database
+
 
 async def test_serve_on_another_applications_database_exits_1_with_foreign_database(
     tmp_path: Path, backend: str, database_url: str, monkeypatch: pytest.MonkeyPatch

@@ -23,12 +23,6 @@ from parley.core.ports import Subscription
 DEADLINE_S = 10.0
 
 
-@pytest.fixture
-def postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("the LISTEN/NOTIFY bus needs PostgreSQL (run with --backend postgres)")
-
-
 async def _node(url: str) -> tuple[PostgresStore, PostgresBus]:
     store = PostgresStore(url)
     await store.open()
@@ -144,6 +138,7 @@ async def test_nothing_is_announced_for_a_rolled_back_transaction(two_hubs: Any)
     assert await _take(on_b, 1) == [{"n": 1}]
 
 
+@pytest.mark.fresh_database  # it adds a table
 async def test_a_notification_never_precedes_its_data(two_hubs: Any) -> None:
     """The subscriber on the other hub reads the row as soon as it hears of it."""
     (store_a, bus_a), (store_b, bus_b) = two_hubs

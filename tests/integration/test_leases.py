@@ -60,10 +60,10 @@ async def start_parked(
 
 
 @pytest.fixture
-async def other(backend: str, hub: Hub, clock: FakeClock, tmp_path: Path) -> AsyncIterator[Hub]:
+async def other(
+    postgres_only: None, hub: Hub, clock: FakeClock, tmp_path: Path
+) -> AsyncIterator[Hub]:
     """A second hub on the same database and clock, started without its sweeps."""
-    if backend != "postgres":
-        pytest.skip("two hubs share a database only on PostgreSQL")
     second = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
     await second.start(background=False)
     try:

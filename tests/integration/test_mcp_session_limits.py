@@ -341,10 +341,13 @@ async def test_a_session_the_sdk_ended_gives_back_its_place_when_next_used(
 
 
 async def test_a_rotation_on_another_hub_ends_the_sessions_here(
-    mcp: Mcp, make_agent: MakeAgent, hub: Hub, settings: Settings, backend: str, clock: FakeClock
+    mcp: Mcp,
+    make_agent: MakeAgent,
+    hub: Hub,
+    settings: Settings,
+    postgres_only: None,
+    clock: FakeClock,
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("hubs share a store only on PostgreSQL (run with --backend postgres)")
     from parley.bootstrap import build_hub
 
     alice = await make_agent("alice")

@@ -109,7 +109,7 @@ async def test_concurrent_room_creations_never_pass_the_limit(
 async def test_two_hubs_creating_at_once_never_pass_the_limit(
     settings: Settings,
     clock: FakeClock,
-    backend: str,
+    postgres_only: None,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
     table: str,
@@ -117,8 +117,6 @@ async def test_two_hubs_creating_at_once_never_pass_the_limit(
     """One hub has counted the principal's rooms (or channels) and not yet inserted when
     another hub creates one for the same principal: the second waits for the first to commit
     and then finds no place left."""
-    if backend != "postgres":
-        pytest.skip("one SQLite file has one hub, whose writer runs one creation at a time")
     first, second = (build_hub(settings, clock=clock, runtimes=StaticRuntimes()) for _ in "12")
     for hub in (first, second):
         await hub.start(background=False)
@@ -177,13 +175,11 @@ async def test_two_hubs_creating_at_once_never_pass_the_limit(
 
 
 async def test_no_member_joins_a_room_another_hub_is_deleting(
-    settings: Settings, clock: FakeClock, backend: str, database_url: str
+    settings: Settings, clock: FakeClock, postgres_only: None, database_url: str
 ) -> None:
     """A room is being deleted on one hub (found empty, not yet gone) when another hub adds a
     member: the join waits for the deletion and finds no room, so no member is left in a room
     that does not exist."""
-    if backend != "postgres":
-        pytest.skip("one SQLite file has one hub, whose writer runs one job at a time")
     first, second = (build_hub(settings, clock=clock, runtimes=StaticRuntimes()) for _ in "12")
     for hub in (first, second):
         await hub.start(background=False)

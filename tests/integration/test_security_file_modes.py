@@ -22,6 +22,9 @@ from parley.service.identity import AgentSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.integration.mail_support import send
 
+# The modes of the files the store creates in a data root it starts on.
+pytestmark = pytest.mark.fresh_database
+
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)

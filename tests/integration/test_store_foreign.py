@@ -25,6 +25,9 @@ from parley.service.mail.mailbox import SendRequest, inbox_topic
 from parley.testing import FakeClock
 from tests.conftest import PG_ADMIN_URL
 
+# Other applications' tables and schemas go into the database.
+pytestmark = pytest.mark.fresh_database
+
 ORDERS = [(1, "42 chairs"), (2, "3 tables")]
 
 
@@ -126,12 +129,6 @@ async def test_a_database_parley_made_stays_parleys_with_other_tables_added_late
     again = build_hub(settings, clock=clock)
     await again.start(background=False)
     await again.stop()
-
-
-@pytest.fixture
-def postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("schemas are PostgreSQL's")
 
 
 async def start(settings: Settings, clock: FakeClock) -> Hub:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from alembic import command
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -19,6 +20,9 @@ from parley.config import Settings
 from parley.core.errors import PermissionDenied
 from parley.service.conversations.channels import ChannelSpec
 from parley.testing import FakeClock
+
+# Databases made at older revisions.
+pytestmark = pytest.mark.fresh_database
 
 
 def _to_0001(connection: Connection) -> None:

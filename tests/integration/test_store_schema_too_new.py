@@ -16,6 +16,9 @@ from parley.testing import FakeClock
 
 FUTURE_REVISION = "9999_from_a_newer_parley"
 
+# A database stamped with a revision this parley does not know.
+pytestmark = pytest.mark.fresh_database
+
 
 async def stamp_future_revision(database_url: str) -> None:
     """Mark a migrated database as migrated further, by a parley this one does not know."""

@@ -242,13 +242,11 @@ async def test_mail_marked_delivered_in_the_transaction_that_stored_it_is_delive
 
 
 async def test_a_writer_connection_ended_while_idle_is_replaced_without_failing_a_write(
-    hub: Hub, make_agent: MakeAgent
+    postgres_only: None, hub: Hub, make_agent: MakeAgent
 ) -> None:
     """The PostgreSQL writer keeps one connection. If the server ends it while it is idle (a
     restart, an administrator, an idle timeout), the next write begins on a fresh one: nothing
     had run yet, so nothing is lost or repeated and the caller sees no error."""
-    if hub.store.dialect != "postgresql":
-        pytest.skip("the SQLite writer's connection is in-process")
 
     async def backend_pid(tx: Tx) -> int:
         assert isinstance(tx, SqlTx)

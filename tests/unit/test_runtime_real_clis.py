@@ -1,7 +1,8 @@
 """The real Claude Code and Codex binaries driven by the ``command`` runtime against local fake
-model servers (no network). Opt-in: set ``PARLEY_REAL_CLIS=1`` and have ``claude`` / ``codex``
-on ``PATH`` (or name them with ``PARLEY_CLAUDE_BIN`` / ``PARLEY_CODEX_BIN``); each binary's
-tests are skipped when it is not found. Checked with Claude Code 2.1.197 and codex-cli 0.171.0.
+model servers (no network). Opt-in, deselected otherwise: set ``PARLEY_REAL_CLIS=1`` and have
+``claude`` / ``codex`` on ``PATH`` (or name them with ``PARLEY_CLAUDE_BIN`` /
+``PARLEY_CODEX_BIN``); each binary's tests are skipped when it is not found. Checked with
+Claude Code 2.1.197 and codex-cli 0.171.0.
 """
 
 from __future__ import annotations
@@ -26,10 +27,8 @@ from tests.fakes.model_server import FakeReply
 from tests.fakes.processes import is_gone
 from tests.fakes.turns import make_turn
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("PARLEY_REAL_CLIS") != "1",
-    reason="drives the real claude/codex binaries; set PARLEY_REAL_CLIS=1 to run",
-)
+# Deselected at collection unless PARLEY_REAL_CLIS=1 (tests/conftest.py).
+pytestmark = pytest.mark.real_clis
 
 
 def binary(name: str, variable: str) -> str:

@@ -167,10 +167,10 @@ async def test_unlink_ends_links_the_caller_may_end(
 
 
 @pytest.fixture
-async def other(backend: str, hub: Hub, clock: FakeClock, tmp_path: Path) -> AsyncIterator[Hub]:
+async def other(
+    postgres_only: None, hub: Hub, clock: FakeClock, tmp_path: Path
+) -> AsyncIterator[Hub]:
     """A second hub on the same database and clock."""
-    if backend != "postgres":
-        pytest.skip("two hubs share a database only on PostgreSQL")
     second = build_hub(hub.settings.model_copy(update={"home": tmp_path / "b"}), clock=clock)
     await second.start(background=False)
     try:
