@@ -259,9 +259,13 @@ class SqlTx:
     ) -> Result:
         """``head`` (a statement built once, without parameters) followed by a caller's
         conditions, ordering and limit."""
+        order = order_clause(order_by, self._compiler)
+        if order is None:
+            construct = head.construct.where(*where).order_by(*order_by)
+            return await self.execute(construct if limit is None else construct.limit(limit))
         statement = head.statement(self._compiler, self._conv)
         conditions, args = where_clause(where, self._compiler, self._conv)
-        sql = statement.sql + conditions + order_clause(order_by, self._compiler)
+        sql = statement.sql + conditions + order
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return await self._run(Statement(sql, (), statement.keys, statement.outs), args, reads=None)

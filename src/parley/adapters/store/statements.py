@@ -205,15 +205,16 @@ def where_clause(
     return " WHERE " + statement.sql, statement.args(None)
 
 
-def order_clause(order_by: Sequence[Any], dialect: Dialect) -> str:
-    """`` ORDER BY …`` for a caller's columns (which carry no parameters)."""
+def order_clause(order_by: Sequence[Any], dialect: Dialect) -> str | None:
+    """`` ORDER BY …`` for a caller's orderings, or None if one carries a parameter (then the
+    whole statement is compiled for the run)."""
     if not order_by:
         return ""
     parts = []
     for column in order_by:
         compiled = column.compile(dialect=dialect)
         if compiled.positiontup:
-            raise ValueError("an ordering with parameters is not supported")
+            return None
         parts.append(compiled.string)
     return " ORDER BY " + ", ".join(parts)
 
