@@ -8,6 +8,20 @@ with positional parameters through its public compiler interface (``string``, ``
 are converted here, by the SQLAlchemy type of the column or parameter, the way rows have always
 been stored (timestamps as SQLite text, JSON as text, SQLite booleans as integers), so that a
 database written by an earlier parley reads back the same.
+
+Why this path and not SQLAlchemy's execution everywhere: its engine costs tens of microseconds
+of Python per statement (a greenlet switch, an execution context, a result object), more than
+SQLite's own work for a small statement and about twice asyncpg's; the hot paths of a mail send,
+a turn and a speech used to bypass it with a second, hand-kept path that read SQLAlchemy's
+private compiler state. Here there is one path for every statement, hot or not, with the
+bypass's speed: measured A/B against the two-path store (``bench/compare.py``,
+``bench/meeting.py``, ``bench/mail.py``, and store operations through the ``Store`` port), writes
+cost the same CPU and reads less (no engine, and no thread round trip of their own for
+``BEGIN``).
+
+What a caller may pass as conditions (``where_clause``): expressions over the columns of the
+table read, with values, including uncorrelated subqueries; they are compiled apart from the
+statement they end, so a subquery in them could not correlate with it.
 """
 
 from __future__ import annotations
