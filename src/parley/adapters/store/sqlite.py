@@ -299,8 +299,8 @@ class SqliteStore(SqlStore):
             touch_private(self.path)
             for path in self._files():
                 restrict(path)
-            await asyncio.to_thread(self._migrate)
             self._writer = _connect(self.path, self.synchronous)
+            await asyncio.to_thread(self._migrate, self._writer)
             self._readers = _Readers(self.path, self.synchronous)
             self._checkpointer = asyncio.create_task(self._checkpoints(), name="parley-checkpoint")
         except Exception as exc:
@@ -311,10 +311,10 @@ class SqliteStore(SqlStore):
                 raise self.full_error("opening") from exc
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
 
-    def _migrate(self) -> None:
-        """Bring the schema to head (Alembic, through SQLAlchemy on a connection of its own,
-        whose transaction begins with ``BEGIN IMMEDIATE`` as the writer's do)."""
-        conn = _connect(self.path, self.synchronous)
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the schema to head: Alembic, through SQLAlchemy on the writer's connection
+        (which stays open, as a store that opens holds its files), in a transaction begun with
+        ``BEGIN IMMEDIATE`` as the writer's are."""
         engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
         event.listen(engine, "begin", lambda c: c.exec_driver_sql("BEGIN IMMEDIATE"))
         try:
@@ -322,8 +322,7 @@ class SqliteStore(SqlStore):
                 migrate.upgrade(connection)
                 connection.commit()
         finally:
-            engine.dispose()
-            conn.close()
+            engine.dispose(close=False)
 
     def _check_ours(self) -> None:
         """Refuse a database file that another application made (``migrate.check_ours``),
