@@ -7,6 +7,9 @@ to ``select``, ``count`` and ``page`` are compiled for the run, after a column l
 once per table. The text runs on the transaction's ``Executor``, the driver connection of its
 store (``sqlite``, ``postgres``); the store itself, with its group-commit writer, is
 ``sql_store``. This module imports neither: the store is seen through ``Backend``.
+
+Its length (over 600 lines) is the ``Tx`` port's: one method per query the port names, kept
+together so that every statement of a transaction is found in one place.
 """
 
 from __future__ import annotations
