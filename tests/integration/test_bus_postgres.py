@@ -143,21 +143,22 @@ async def test_a_notification_never_precedes_its_data(two_hubs: Any) -> None:
     """The subscriber on the other hub reads the row as soon as it hears of it."""
     (store_a, bus_a), (store_b, bus_b) = two_hubs
     on_b = bus_b.subscribe(["probe"])
-    assert store_a.engine is not None
-    from sqlalchemy import text
+    from sqlalchemy import Integer, text
 
-    async with store_a.engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE probe (n int)"))
+    async def create(tx: Any) -> None:
+        await tx.execute(text("CREATE TABLE probe (n int)"))
+
+    await store_a.write(create)
 
     async def job(tx: Any) -> None:
-        await tx.conn.execute(text("INSERT INTO probe VALUES (7)"))
+        await tx.execute(text("INSERT INTO probe VALUES (7)"))
         bus_a.publish_on_commit(tx, "probe", {"n": 7})
 
     await store_a.write(job)
     await _take(on_b, 1)
-    assert store_b.engine is not None
-    async with store_b.engine.connect() as conn:
-        assert (await conn.execute(text("SELECT n FROM probe"))).scalar() == 7
+    async with store_b.read() as tx:
+        found = await tx.execute(text("SELECT n FROM probe").columns(n=Integer))
+        assert found.scalar() == 7
 
 
 async def test_a_big_payload_arrives_as_a_nudge_to_read_the_store(two_hubs: Any) -> None:

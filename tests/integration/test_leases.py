@@ -212,7 +212,7 @@ async def test_a_dead_hubs_task_is_taken_over_at_the_next_sweep_without_waiting_
     assert (await other.tasks.get(operator, task_id)).status == "running"  # A is alive
     # A's connection holding its liveness lock ends, as when its process is killed.
     liveness = hub.store._liveness  # type: ignore[attr-defined]
-    await liveness.invalidate()
+    liveness.terminate()
     hub.store._liveness = None  # type: ignore[attr-defined]
     await other.sweep_leases()  # the lease is still valid: the lock alone says A is gone
     task = await other.tasks.get(operator, task_id)

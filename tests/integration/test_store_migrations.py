@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import String, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -63,8 +63,10 @@ async def test_a_0001_database_with_agents_upgrades_to_consent(
     await hub.start(background=False)
     try:
         async with hub.store.read() as tx:
-            conn = cast(Any, tx).conn  # the SQL store's connection: not part of the Tx port
-            version = await conn.execute(text("SELECT version_num FROM alembic_version"))
+            # The SQL store's own statements: not part of the Tx port.
+            version = await cast(Any, tx).execute(
+                text("SELECT version_num FROM alembic_version").columns(version_num=String)
+            )
             assert version.scalar() == migrate.head_revision()
         alice = await hub.identity.require("old-alice")
         bob = await hub.identity.require("old-bob")

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Integer, text
 
 from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.adapters.store.sql import SqlTx
@@ -250,7 +250,8 @@ async def test_a_writer_connection_ended_while_idle_is_replaced_without_failing_
 
     async def backend_pid(tx: Tx) -> int:
         assert isinstance(tx, SqlTx)
-        return int((await tx._exec(text("SELECT pg_backend_pid()"))).scalar_one())
+        pid = text("SELECT pg_backend_pid()").columns(pid=Integer)
+        return int((await tx.execute(pid)).scalar_one())
 
     first = await hub.store.write(backend_pid)
     admin = await asyncpg.connect(asyncpg_dsn(hub.store.url))  # type: ignore[attr-defined]
@@ -267,6 +268,9 @@ async def test_a_writer_connection_ended_while_idle_is_replaced_without_failing_
 
 
 # -- durability: PARLEY_SQLITE_SYNCHRONOUS --------------------------------------------------------
+_SYNCHRONOUS = text("PRAGMA synchronous").columns(synchronous=Integer)
+
+
 @pytest.mark.parametrize(("setting", "pragma"), [("normal", 1), ("full", 2)])
 async def test_sqlite_commits_are_as_durable_as_configured(
     tmp_path: Any, setting: str, pragma: int
@@ -280,12 +284,12 @@ async def test_sqlite_commits_are_as_durable_as_configured(
 
         async def level(tx: Tx) -> int:
             assert isinstance(tx, SqlTx)
-            return int((await tx.conn.execute(text("PRAGMA synchronous"))).scalar_one())
+            return int((await tx.execute(_SYNCHRONOUS)).scalar_one())
 
         # The writer's connection commits; a reader's is set the same way.
         assert await store.write(level) == pragma
         async with store.read() as tx:
-            assert int((await tx.conn.execute(text("PRAGMA synchronous"))).scalar_one()) == pragma
+            assert int((await tx.execute(_SYNCHRONOUS)).scalar_one()) == pragma
     finally:
         await store.close()
 

@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
-from sqlalchemy import text
 
 from parley.adapters.bus.memory import OVERFLOW, MemoryBus, MemorySubscription
 from parley.adapters.store.postgres import PostgresStore
@@ -46,7 +45,6 @@ MAX_PAYLOAD_BYTES = NOTIFY_MAX_BYTES
 RECONNECT_MIN_S = 0.05
 RECONNECT_MAX_S = 2.0
 
-_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 log = logging.getLogger("parley.bus")
 
@@ -121,10 +119,7 @@ class PostgresBus:
 
     async def publish(self, topic: str, data: dict[str, Any]) -> None:
         """Publish outside any transaction (e.g. a notice about something already committed)."""
-        assert self.store.engine is not None
-        async with self.store.engine.begin() as conn:
-            payload = self._payload(topic, data)
-            await conn.execute(_NOTIFY, {"channel": self.channel, "payload": payload})
+        await self.store.notify(self.channel, self._payload(topic, data))
 
     # -- subscribing -----------------------------------------------------------------------------
     def subscribe(self, topics: Iterable[str]) -> MemorySubscription:

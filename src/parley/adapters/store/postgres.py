@@ -1,25 +1,38 @@
-"""The scale-out store: PostgreSQL through asyncpg. Several hubs may share one database."""
+"""The scale-out store: PostgreSQL through asyncpg. Several hubs may share one database.
+
+Statements (``statements``) run on asyncpg itself: the writer's on one connection it keeps, in
+transactions it begins and ends with its own statements; a read's on a connection of a pool, one
+statement at a time (READ COMMITTED gives each statement its own snapshot, in a transaction or
+not). A transaction's buffered inserts and notifications go out as one statement
+(``postgres_bulk``). Alembic migrates the schema at open, through SQLAlchemy on a connection of
+its own; nothing else uses SQLAlchemy's engine.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import asyncpg
 from sqlalchemy import Integer, String, any_, bindparam, make_url, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from parley.adapters.store import migrate
 from parley.adapters.store import schema as s
-from parley.adapters.store.postgres_bulk import BulkStatements, pack_notifications
-from parley.adapters.store.postgres_direct import DirectPostgres
-from parley.adapters.store.sql import _PRINCIPALS, RECORD_TABLES, Notifications, Rows, SqlTx
+from parley.adapters.store.postgres_bulk import BulkStatements
+from parley.adapters.store.records import RECORD_TABLES
+from parley.adapters.store.sql import Notifications, Rows, SqlTx
 from parley.adapters.store.sql_store import SqlStore, sqlstate
+from parley.adapters.store.statements import POSTGRES, Convert, Query, convert_rows
 from parley.core.errors import ConfigError, StorageError
 
 # SQLSTATE disk_full: the server could not extend a file (``could not extend file``).
@@ -31,14 +44,13 @@ _MIGRATION_LOCK = 0x70617231
 _BEGIN = "BEGIN"
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
 _BEGIN_BATCH = f"{_BEGIN}; {_LOCK_TIMEOUT}"
-# Notifications through SQLAlchemy (``direct_statements`` off).
-_NOTIFY_ALL = text(
-    "SELECT count(pg_notify(c, p)) FROM unnest(CAST(:channels AS text[]), "
-    "CAST(:payloads AS text[])) AS n(c, p)"
-)
-# Pending mail marked delivered, with the ids as one array: a statement built once that the
-# writer runs directly (``postgres_direct``), as every live inbox stream marks what it sends.
-MARK_DELIVERED = (
+# Readers' connections open at most (a pool of asyncpg's).
+READERS_MAX = 20
+_PRINCIPALS = frozenset({"principals"})
+_ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+|MERGE) (\d+)")
+# Pending mail marked delivered, with the ids as one array, as every live inbox stream marks
+# what it sends.
+MARK_DELIVERED = Query(
     update(s.messages)
     .where(
         s.messages.c.id == any_(bindparam("_ids", type_=ARRAY(String))),
@@ -50,7 +62,7 @@ MARK_DELIVERED = (
 # New positions in several inboxes in one statement: each recipient's row is locked in the
 # order of the ids (two transactions taking positions in the same inboxes cannot deadlock), and
 # held until the commit, so an inbox's positions follow the order its mail commits in.
-TAKE_INBOX_POSITIONS = (
+TAKE_INBOX_POSITIONS = Query(
     text(
         "WITH wanted AS (SELECT * FROM unnest(CAST(:_ids AS text[]), CAST(:_counts AS integer[]))"
         " AS w(id, n)), locked AS MATERIALIZED (SELECT p.id FROM principals AS p JOIN wanted"
@@ -62,6 +74,7 @@ TAKE_INBOX_POSITIONS = (
     .bindparams(bindparam("_ids", type_=ARRAY(String)), bindparam("_counts", type_=ARRAY(Integer)))
     .columns(id=String, first=Integer)
 )
+
 # The namespace (first key) of the advisory locks that say a hub is alive.
 _LIVENESS_LOCKS = 0x70617232
 
@@ -100,6 +113,27 @@ def async_url(url: str) -> str:
     return url
 
 
+class PgExecutor:
+    """Runs statements on one asyncpg connection (asyncpg prepares each text once per
+    connection and keeps it)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    async def execute(
+        self, sql: str, args: Sequence[Any], outs: Sequence[Convert]
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        if outs:
+            rows = await self.conn.fetch(sql, *args)
+            return convert_rows(rows, outs), len(rows)
+        status = await self.conn.execute(sql, *args)
+        count = _ROWCOUNT.match(status or "")
+        return [], int(count.group(1)) if count else -1
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self.conn.executemany(sql, rows)
+
+
 class PostgresStore(SqlStore):
     """PostgreSQL store; rows are locked with SELECT … FOR UPDATE where order matters."""
 
@@ -109,14 +143,13 @@ class PostgresStore(SqlStore):
     # writer with group commit was faster as well. Hubs sharing the database still conflict
     # now and then, and such a job is retried (``SqlStore._run_alone``).
     writer_count = 1
-    _liveness: AsyncConnection | None = None
-    _write_engine: AsyncEngine | None = None
-    _writer_conn: AsyncConnection | None = None
-    _bulk_statements: BulkStatements | None = None
-    _runner: DirectPostgres | None = None
-    # Whether the writer runs its transactions, inserts and statements built once on asyncpg
-    # directly (off: all through SQLAlchemy, as the equivalence tests compare).
-    direct_statements = True
+    compiler: Dialect = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
+    conv = POSTGRES
+    driver_errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+    _liveness: asyncpg.Connection | None = None
+    _writer: asyncpg.Connection | None = None
+    _pool: asyncpg.Pool | None = None
+    _bulk: BulkStatements | None = None
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         """``schema``: the PostgreSQL schema that holds parley's tables (created if missing;
@@ -125,7 +158,7 @@ class PostgresStore(SqlStore):
         super().__init__(url)
         self._url = make_url(async_url(url))
         # libpq's ``options`` (``-c name=value …``) go to the server as asyncpg's startup
-        # options; SQLAlchemy would hand the parameter to asyncpg's connect(), which has none.
+        # options (asyncpg's connect() takes no ``options`` parameter).
         options = self._url.query.get("options")
         if isinstance(options, tuple):
             raise ConfigError(f"the database URL sets options {len(options)} times; set it once")
@@ -144,18 +177,33 @@ class PostgresStore(SqlStore):
         # Whether parley was told which schema is its own (then it creates it if missing).
         self._schema_given = schema is not None or "search_path" in (options or "")
         self.schema = "public"
+        self._dsn = self._url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def _connect(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self._dsn, server_settings=self._settings)
 
     async def open(self) -> None:
         try:
-            self.engine = create_async_engine(
-                self._url,
-                pool_size=10,
-                max_overflow=10,
-                connect_args={"server_settings": self._settings},
+            await self._migrate()
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=0, max_size=READERS_MAX, server_settings=self._settings
             )
-            # The writer begins and ends its transactions itself (``_write_transaction``).
-            self._write_engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-            async with self.engine.connect() as conn:
+        except StorageError:
+            await self.close()
+            raise
+        except Exception as exc:
+            await self.close()
+            if self.disk_full(exc):
+                raise self.full_error("opening") from exc
+            raise StorageError(f"could not open the PostgreSQL store: {exc}") from exc
+
+    async def _migrate(self) -> None:
+        """Bring the schema to head: Alembic, through SQLAlchemy on a connection of its own."""
+        engine = create_async_engine(
+            self._url, poolclass=NullPool, connect_args={"server_settings": self._settings}
+        )
+        try:
+            async with engine.connect() as conn:
                 # Several hubs may start at once; one migrates, the others wait and find head.
                 await conn.execute(text(f"SELECT pg_advisory_lock({_MIGRATION_LOCK})"))
                 try:
@@ -168,14 +216,8 @@ class PostgresStore(SqlStore):
                     await conn.rollback()
                     await conn.execute(text(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK})"))
                     await conn.commit()
-        except StorageError:
-            await self.close()
-            raise
-        except Exception as exc:
-            await self.close()
-            if self.disk_full(exc):
-                raise self.full_error("opening") from exc
-            raise StorageError(f"could not open the PostgreSQL store: {exc}") from exc
+        finally:
+            await engine.dispose()
 
     async def _take_schema(self, conn: AsyncConnection) -> None:
         """Create the schema parley was given if it is missing, and refuse it if another
@@ -205,28 +247,19 @@ class PostgresStore(SqlStore):
             "in this one with PARLEY_DB_SCHEMA.",
         )
 
-    async def insert_rows(
-        self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
-    ) -> None:
+    async def insert_rows(self, tx: SqlTx, pending: Rows, notifications: Notifications) -> None:
         """Every table's buffered rows and the notifications in one round trip
-        (``postgres_bulk``); through SQLAlchemy, one statement per table and one for the
-        notifications (``direct_statements`` off)."""
-        if not isinstance(tx, WriterTx):
-            await super().insert_rows(tx, pending)
-            if notifications:
-                channels, payloads = zip(*pack_notifications(notifications), strict=True)
-                params = {"channels": list(channels), "payloads": list(payloads)}
-                await tx.conn.execute(_NOTIFY_ALL, params)
-            return
-        if self._bulk_statements is None:
-            self._bulk_statements = BulkStatements(RECORD_TABLES, tx.conn.dialect)
-        sql, args = self._bulk_statements.build(pending, notifications)
-        await tx.runner.run(sql, *args)
+        (``postgres_bulk``)."""
+        assert isinstance(tx.executor, PgExecutor)
+        if self._bulk is None:
+            self._bulk = BulkStatements(RECORD_TABLES, self.compiler, self.conv)
+        sql, args = self._bulk.build(pending, notifications)
+        await tx.executor.conn.execute(sql, *args)
 
     async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
         ids = sorted(counts)
         params = {"_ids": ids, "_counts": [counts[i] for i in ids]}
-        result = await tx._exec_built(TAKE_INBOX_POSITIONS, params, reads=_PRINCIPALS)
+        result = await tx.run(TAKE_INBOX_POSITIONS, params, reads=_PRINCIPALS)
         first = {row[0]: int(row[1]) for row in result.all()}
         if len(first) != len(ids):
             missing = [i for i in ids if i not in first]
@@ -235,87 +268,65 @@ class PostgresStore(SqlStore):
 
     async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
         # No flush here: the transaction has sent whatever buffered mail it marks.
-        result = await tx._exec_built(MARK_DELIVERED, {"_ids": ids, "_at": at}, reads=frozenset())
+        result = await tx.run(MARK_DELIVERED, {"_ids": ids, "_at": at}, reads=frozenset())
         return [row[0] for row in result.all()]
 
-    @contextlib.asynccontextmanager
-    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
-        # The single writer keeps its connection (no pool checkout and reset per batch); a
-        # broken one is replaced.
-        assert self._write_engine is not None
-        if not self.direct_statements:
-            async with super()._write_connection() as pooled:
-                yield pooled
-            return
-        conn = self._writer_conn
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._writer_conn = await self._write_engine.connect()
-        yield conn
+    async def notify(self, channel: str, payload: str) -> None:
+        """Send a ``NOTIFY`` outside any write transaction."""
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not open")
+        async with self._pool.acquire() as conn:
+            await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
 
     @contextlib.asynccontextmanager
-    async def _write_transaction(
-        self, conn: AsyncConnection, *, batch: bool
-    ) -> AsyncIterator[SqlTx]:
-        """BEGIN and COMMIT go to asyncpg directly, on a connection SQLAlchemy runs in
-        autocommit mode (so it sends no BEGIN of its own, and its statements join this
-        transaction): through SQLAlchemy the BEGIN and a batch's lock timeout were two round
-        trips, now one.
+    async def _read_transaction(self) -> AsyncIterator[SqlTx]:
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not open")
+        async with self._pool.acquire() as conn:
+            yield SqlTx(PgExecutor(conn), self)
+
+    @contextlib.asynccontextmanager
+    async def _write_transaction(self, *, batch: bool) -> AsyncIterator[SqlTx]:
+        """BEGIN (with a batch's lock timeout, in the same round trip) and COMMIT go to the
+        writer's connection as statements of their own.
 
         A batch of several jobs locks their rows in the order the jobs came, and another hub's
         batch may lock the same rows in another order: a deadlock PostgreSQL breaks only after
         ``deadlock_timeout`` (1 s), three of them a second with three hubs under mail load. A
         batch instead gives up on a row lock it cannot get soon; its jobs are then run one by
         one (``SqlStore._run_batch``), and a lone job waits as long as it must."""
-        if not self.direct_statements:
-            async with super()._write_transaction(conn, batch=batch) as tx:
-                if batch:
-                    await tx.conn.exec_driver_sql(_LOCK_TIMEOUT)
-                yield tx
-            return
-        conn, runner = await self._begin(conn, _BEGIN_BATCH if batch else _BEGIN)
+        conn = await self._begin(_BEGIN_BATCH if batch else _BEGIN)
         try:
-            yield WriterTx(conn, self, runner)
-            await runner.run("COMMIT")
+            yield SqlTx(PgExecutor(conn), self)
+            await conn.execute("COMMIT")
         except BaseException:
             # The transaction must not outlive this batch on the kept connection: if it cannot
             # be rolled back (a cancel mid-statement, a lost server), the connection goes.
             try:
-                await runner.driver.execute("ROLLBACK")
+                await conn.execute("ROLLBACK")
             except BaseException:
-                await conn.invalidate()
+                self._writer = None
+                conn.terminate()
             raise
 
-    async def _begin(
-        self, conn: AsyncConnection, begin: str
-    ) -> tuple[AsyncConnection, DirectPostgres]:
+    async def _begin(self, begin: str) -> asyncpg.Connection:
         """Send ``begin`` on the kept connection. If that connection died while idle (the
         server restarted, an administrator or an idle timeout ended it), nothing has run yet:
         it is replaced and ``begin`` sent once more."""
-        assert self._write_engine is not None
-        runner = await self._runner_for(conn)
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not open")
+        conn = self._writer
+        if conn is None or conn.is_closed():
+            conn = self._writer = await self._connect()
         try:
-            await runner.run(begin)
-            return conn, runner
-        except DBAPIError:
-            if not runner.driver.is_closed():
+            await conn.execute(begin)
+            return conn
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            if not conn.is_closed():
                 raise
-        with contextlib.suppress(Exception):
-            await conn.close()
-        conn = self._writer_conn = await self._write_engine.connect()
-        runner = await self._runner_for(conn)
-        await runner.run(begin)
-        return conn, runner
-
-    async def _runner_for(self, conn: AsyncConnection) -> DirectPostgres:
-        """The runner of ``conn``'s asyncpg connection: a replaced writer connection gets one
-        (and prepared statements) of its own."""
-        driver = (await conn.get_raw_connection()).driver_connection
-        if self._runner is None or self._runner.driver is not driver:
-            self._runner = DirectPostgres(conn, driver)
-        return self._runner
-
-    def lock_row(self, stmt: Any) -> Any:
-        return stmt.with_for_update()
+        conn = self._writer = await self._connect()
+        await conn.execute(begin)
+        return conn
 
     def disk_full(self, exc: BaseException) -> bool:
         return sqlstate(exc) == _DISK_FULL
@@ -329,51 +340,34 @@ class PostgresStore(SqlStore):
         """Hold a session advisory lock named after the hub on a connection of its own: the
         server releases it when that connection ends, so a hub killed with SIGKILL is seen dead
         at once, and no clock or lease has to be trusted."""
-        assert self.engine is not None
         await super().mark_alive(owner)
-        conn = await self.engine.connect()
-        await conn.execute(
-            text("SELECT pg_advisory_lock(:ns, :key)"),
-            {"ns": _LIVENESS_LOCKS, "key": _liveness_key(owner)},
-        )
-        await conn.commit()  # a session lock outlives the transaction; idle, not idle in tx
+        conn = await self._connect()
+        await conn.execute("SELECT pg_advisory_lock($1, $2)", _LIVENESS_LOCKS, _liveness_key(owner))
         self._liveness = conn
 
     async def is_alive(self, owner: str) -> bool:
         if owner == self._owner:
             return True
-        assert self.engine is not None
-        params = {"ns": _LIVENESS_LOCKS, "key": _liveness_key(owner)}
-        async with self.engine.connect() as conn:
-            free = await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :key)"), params)
-            if not free.scalar():
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not open")
+        key = (_LIVENESS_LOCKS, _liveness_key(owner))
+        async with self._pool.acquire() as conn:
+            if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key):
                 return True
-            await conn.execute(text("SELECT pg_advisory_unlock(:ns, :key)"), params)
-            await conn.commit()
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *key)
         return False
 
     async def close(self) -> None:
-        if self._writer_conn is not None:
+        await super().close()
+        if self._writer is not None:
             with contextlib.suppress(Exception):
-                await self._writer_conn.close()
-            self._writer_conn = None
-        self._runner = None
+                await self._writer.close()
+            self._writer = None
         if self._liveness is not None:
             with contextlib.suppress(Exception):
                 await self._liveness.close()
             self._liveness = None
-        await super().close()
-
-
-class WriterTx(SqlTx):
-    """A transaction of the writer: statements built once run on asyncpg directly."""
-
-    def __init__(self, conn: AsyncConnection, store: SqlStore, runner: DirectPostgres) -> None:
-        super().__init__(conn, store)
-        self.runner = runner
-
-    async def _exec_built(
-        self, stmt: Any, params: dict[str, Any], *, reads: frozenset[str] | None = None
-    ) -> Any:
-        await self._flush_for(reads)
-        return await self.runner.execute(stmt, params)
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            with contextlib.suppress(Exception):
+                await pool.close()

@@ -12,21 +12,21 @@ data-modifying ``WITH`` clause, and the notifications ride in the same statement
 
 PostgreSQL runs every data-modifying ``WITH`` clause once and to completion whether or not the
 query reads it, and checks constraints at the end of the statement, as ``executemany`` did per
-row. Values go through the bind processors SQLAlchemy's dialect would apply to each column
-(JSON text, booleans), so the rows are stored exactly as an ``INSERT`` through SQLAlchemy
-stores them. A function scan yields an array's elements in order: the rows and the
-notifications go in as queued.
+row. Values go through the store's conversion of each column's type (JSON as text,
+``statements.POSTGRES``), as every other statement's do. A function scan yields an array's
+elements in order: the rows and the notifications go in as queued.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
-Processor = Callable[[Any], Any] | None
+from parley.adapters.store.statements import Conversions, Convert
+
 # Notifications of one transaction on one channel travel joined by this character, as many as
 # fit in one payload: a listener then handles one message per commit instead of one per
 # publish, and PostgreSQL queues and signals one. JSON escapes control characters, so it never
@@ -55,27 +55,32 @@ def pack_notifications(notifications: Sequence[tuple[str, str]]) -> list[tuple[s
 
 
 class BulkStatement:
-    """The statement text for one shape of buffered rows, and each column's bind processor."""
+    """The statement text for one shape of buffered rows, and each column's conversion."""
 
     __slots__ = ("columns", "processors", "sql")
 
     def __init__(
-        self, tables: dict[str, Table], shape: Shape, notify: bool, dialect: Dialect
+        self,
+        tables: dict[str, Table],
+        shape: Shape,
+        notify: bool,
+        dialect: Dialect,
+        conv: Conversions,
     ) -> None:
         quote = dialect.identifier_preparer.quote
         self.columns = [columns for _, columns in shape]
         clauses: list[str] = []
-        self.processors: list[list[Processor]] = []
+        self.processors: list[list[Convert]] = []
         n = 0
         for i, (name, columns) in enumerate(shape):
             table = tables[name]
             arrays: list[str] = []
-            processors: list[Processor] = []
+            processors: list[Convert] = []
             for column in columns:
                 n += 1
                 type_ = table.c[column].type
                 arrays.append(f"${n}::{type_.compile(dialect=dialect)}[]")
-                processors.append(type_.dialect_impl(dialect).bind_processor(dialect))
+                processors.append(conv.bind(type_))
             self.processors.append(processors)
             clauses.append(
                 f"i{i} AS (INSERT INTO {quote(table.name)} ({', '.join(map(quote, columns))}) "
@@ -107,9 +112,10 @@ class BulkStatement:
 class BulkStatements:
     """Statements by shape, built on first use (a hub sees only a handful of shapes)."""
 
-    def __init__(self, tables: dict[str, Table], dialect: Dialect) -> None:
+    def __init__(self, tables: dict[str, Table], dialect: Dialect, conv: Conversions) -> None:
         self.tables = tables
         self.dialect = dialect
+        self.conv = conv
         self._built: dict[tuple[Shape, bool], BulkStatement] = {}
 
     def build(
@@ -127,7 +133,7 @@ class BulkStatements:
         statement = self._built.get(key)
         if statement is None:
             statement = self._built[key] = BulkStatement(
-                self.tables, shape, bool(notifications), self.dialect
+                self.tables, shape, bool(notifications), self.dialect, self.conv
             )
         packed = pack_notifications(notifications)
         return statement.sql, statement.arguments(list(groups.values()), packed)

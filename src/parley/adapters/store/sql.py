@@ -1,6 +1,15 @@
-"""A transaction of the SQL store shared by SQLite and PostgreSQL (SQLAlchemy 2 Core, async):
-parley's records and queries over one database transaction. The store itself, with its
-group-commit writer, is ``sql_store``.
+"""A transaction of the SQL store shared by SQLite and PostgreSQL: parley's records and queries
+over one database transaction.
+
+Every statement is a SQLAlchemy Core construct compiled to the dialect's SQL text
+(``statements``): those of the store are built once (``queries``); the conditions a caller passes
+to ``select``, ``count`` and ``page`` are compiled for the run, after a column list compiled
+once per table. The text runs on the transaction's ``Executor``, the driver connection of its
+store (``sqlite``, ``postgres``); the store itself, with its group-commit writer, is
+``sql_store``. This module imports neither: the store is seen through ``Backend``.
+
+Its length (over 600 lines) is the ``Tx`` port's: one method per query the port names, kept
+together so that every statement of a transaction is found in one place.
 """
 
 from __future__ import annotations
@@ -8,152 +17,117 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import (
-    JSON,
-    LargeBinary,
-    Text,
-    bindparam,
-    cast,
-    delete,
-    func,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import JSON, Integer, LargeBinary, Text, cast, func, literal_column, or_, select
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import ClauseElement
 
-from parley.adapters.store import prepared
+from parley.adapters.store import queries as q
 from parley.adapters.store import schema as s
-from parley.adapters.store.sqlite_direct import DirectSqlite
-from parley.core.bridge import BridgeLink, BridgePlace, BridgeRelay, LinkCode
-from parley.core.channels import (
-    Channel,
-    ChannelMessage,
-    Invocation,
-    LogicalSession,
-    PendingTurn,
-    Task,
+from parley.adapters.store.records import RECORDS, row_to, to_row, utc
+from parley.adapters.store.statements import (
+    Conversions,
+    Convert,
+    Query,
+    Result,
+    Statement,
+    compile_statement,
+    order_clause,
+    where_clause,
 )
-from parley.core.consent import Invitation
-from parley.core.events import Event
+from parley.core.channels import Channel, ChannelMessage, LogicalSession
 from parley.core.identity import Principal
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
 from parley.core.ports import Page
-from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
-from parley.core.workers import Artifact, Worker
-
-if TYPE_CHECKING:
-    from parley.adapters.store.sql_store import SqlStore
+from parley.core.rooms import Meeting
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
 # A transaction's buffered rows by table, and its notifications as (channel, payload).
 Rows = dict[str, list[dict[str, Any]]]
 Notifications = Sequence[tuple[str, str]]
-
-# Tables whose rows map one-to-one onto a core model: generic insert/get/update serve them.
-_RECORDS: dict[str, tuple[Any, type[BaseModel]]] = {
-    "principals": (s.principals, Principal),
-    "events": (s.events, Event),
-    "messages": (s.messages, Message),
-    "channels": (s.channels, Channel),
-    "channel_messages": (s.channel_messages, ChannelMessage),
-    "sessions": (s.sessions, LogicalSession),
-    "tasks": (s.tasks, Task),
-    "invocations": (s.invocations, Invocation),
-    "pending_turns": (s.pending_turns, PendingTurn),
-    "invitations": (s.invitations, Invitation),
-    "rooms": (s.rooms, Room),
-    "room_members": (s.room_members, RoomMember),
-    "meetings": (s.meetings, Meeting),
-    "speeches": (s.speeches, Speech),
-    "minutes": (s.minutes, Minutes),
-    "briefs": (s.briefs, Brief),
-    "pulse_log": (s.pulse_log, PulseEntry),
-    "workers": (s.workers, Worker),
-    "worker_artifacts": (s.worker_artifacts, Artifact),
-    "bridge_places": (s.bridge_places, BridgePlace),
-    "bridge_relays": (s.bridge_relays, BridgeRelay),
-    "bridge_links": (s.bridge_links, BridgeLink),
-    "bridge_link_codes": (s.bridge_link_codes, LinkCode),
-}
-# Each record's table by name (the PostgreSQL store's bulk inserts).
-RECORD_TABLES = {name: table for name, (table, _) in _RECORDS.items()}
 _PRINCIPALS = frozenset({"principals"})
-_COLUMNS = {name: frozenset(table.columns.keys()) for name, (table, _) in _RECORDS.items()}
-_TS_COLUMNS = {
-    name: {c.name for c in table.columns if isinstance(c.type, type(s.TS))}
-    for name, (table, _) in _RECORDS.items()
+
+
+class Executor(Protocol):
+    """Runs SQL text on one driver connection, inside the transaction it is in."""
+
+    async def execute(
+        self, sql: str, args: Sequence[Any], outs: Sequence[Convert]
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """Run ``sql`` with positional ``args``; its rows, each value through ``outs`` (a
+        statement without result columns has none), and the number of rows it changed."""
+        ...
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run ``sql`` once per row of positional arguments."""
+        ...
+
+
+class Backend(Protocol):
+    """What a transaction needs of its store: the dialect it compiles for, how values are
+    converted, and the statements whose form differs by database."""
+
+    compiler: Dialect
+    conv: Conversions
+
+    async def insert_rows(self, tx: SqlTx, pending: Rows, notifications: Notifications) -> None:
+        """Insert a transaction's buffered rows and send its notifications."""
+        ...
+
+    async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
+        """Take ``counts[r]`` consecutive new positions in each recipient ``r``'s inbox; the
+        first of each."""
+        ...
+
+    async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
+        """Mark the pending ones of ``ids`` delivered; the ids marked."""
+        ...
+
+
+# The column list of each record's table, compiled once per dialect: a caller's conditions
+# follow it (``SqlTx.select``).
+_ROWS = {name: Query(select(table)) for name, (table, _) in RECORDS.items()}
+_COUNTS = {
+    name: Query(select(func.count()).select_from(table)) for name, (table, _) in RECORDS.items()
 }
+_LIGHT: dict[tuple[str, str, str, tuple[str, ...]], Query] = {}
 
 
-# Statements built once: building a SQLAlchemy construct and its cache key costs more than running
-# it on SQLite, and these run for every message, mail and turn.
-_INSERTS = {name: table.insert() for name, (table, _) in _RECORDS.items()}
-_GETS = {
-    name: select(table).where(table.c.id == bindparam("_key"))
-    for name, (table, _) in _RECORDS.items()
-}
-_UPDATES: dict[tuple[str, tuple[str, ...]], Any] = {}
-_CLAIM_SEQ = (
-    update(s.channels)
-    .where(
-        s.channels.c.id == bindparam("_channel"),
-        s.channels.c.last_trigger_id == bindparam("_trigger"),
-        s.channels.c.status == "active",
-        ~select(s.tasks.c.id)
-        .where(s.tasks.c.id == bindparam("_task"), s.tasks.c.cancel_requested.is_(True))
-        .exists(),
-    )
-    .values(last_seq=s.channels.c.last_seq + 1, last_activity=bindparam("_now"))
-    .returning(s.channels.c.last_seq)
-)
+def _row_bytes(table: Any, dialect: str) -> Any:
+    """The bytes of a row's text and JSON columns, as the database computes them."""
+    zero = literal_column("0", Integer)
+    sizes = []
+    for col in table.columns:
+        if isinstance(col.type, Text | JSON):
+            text = cast(col, Text)
+            size = (
+                func.octet_length(text)
+                if dialect == "postgresql"
+                else func.length(cast(text, LargeBinary))
+            )
+            sizes.append(func.coalesce(size, zero))
+    return sum(sizes[1:], sizes[0]) if sizes else zero
 
 
-def _update_by_id(name: str, columns: tuple[str, ...]) -> Any:
-    """``UPDATE <table> SET <columns> WHERE id = :_key`` with bound values, built once."""
-    stmt = _UPDATES.get((name, columns))
-    if stmt is None:
-        table, _ = _RECORDS[name]
-        stmt = (
-            update(table)
-            .where(table.c.id == bindparam("_key"))
-            .values({col: bindparam(f"_v_{col}") for col in columns})
+def _light(name: str, key: str, dialect: str, extra: tuple[str, ...]) -> Query:
+    """The id, ordering key and size of each row of a table (and the ``extra`` columns), the
+    light query a page is chosen from before any whole row is read."""
+    query = _LIGHT.get((name, key, dialect, extra))
+    if query is None:
+        table, _ = RECORDS[name]
+        query = _LIGHT[(name, key, dialect, extra)] = Query(
+            select(
+                table.c.id.label("_id"),
+                table.c[key].label("_key"),
+                _row_bytes(table, dialect).label("_bytes"),
+                *(table.c[col] for col in extra),
+            )
         )
-        _UPDATES[(name, columns)] = stmt
-    return stmt
-
-
-def _utc(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
-def _row_to(name: str, row: Mapping[str, Any]) -> Any:
-    _table, model = _RECORDS[name]
-    data = dict(row)
-    for col in _TS_COLUMNS[name]:
-        if col in data:
-            data[col] = _utc(data[col])
-    if name == "channels":
-        data.setdefault("members", [])
-    return model.model_validate(data)
-
-
-def _to_row(name: str, record: BaseModel) -> dict[str, Any]:
-    data = record.model_dump()
-    cols = _COLUMNS[name]
-    row = {k: v for k, v in data.items() if k in cols}
-    if name == "messages":
-        msg: Message = record  # type: ignore[assignment]
-        row["expires_at"] = msg.expires_at
-    return row
+    return query
 
 
 def _inbox_where(recipient_id: str, flt: InboxFilter) -> list[Any]:
@@ -179,15 +153,13 @@ def _inbox_where(recipient_id: str, flt: InboxFilter) -> list[Any]:
 
 class SqlTx:
     """One database transaction with parley's queries. Inserts are buffered and flushed with
-    ``executemany`` before any read and at commit: most jobs only append. On the SQLite writer,
-    statements built once run on its connection ``direct``ly (see ``sqlite_direct``)."""
+    ``executemany`` before any read and at commit: most jobs only append."""
 
-    def __init__(
-        self, conn: AsyncConnection, store: SqlStore, direct: DirectSqlite | None = None
-    ) -> None:
-        self.conn = conn
-        self.store = store
-        self.direct = direct
+    def __init__(self, executor: Executor, backend: Backend) -> None:
+        self.executor = executor
+        self.backend = backend
+        self._compiler = backend.compiler
+        self._conv = backend.conv
         self._pending: Rows = {}
         # Mail waiting for its inbox position (``deliver_to_inbox``).
         self._unplaced: list[tuple[Message, Callable[[Message], None]]] = []
@@ -200,6 +172,11 @@ class SqlTx:
         """Run ``callback`` once this transaction has committed (never if it rolls back)."""
         self._after.append(callback)
 
+    @property
+    def after(self) -> list[Callable[[], Awaitable[None] | None]]:
+        """The callbacks to run once this transaction has committed."""
+        return self._after
+
     def notify_on_commit(self, channel: str, payload: str) -> None:
         """Send a PostgreSQL ``NOTIFY`` in this transaction once its jobs are done, just
         before it commits: it is sent if and only if the data commits (PostgreSQL only)."""
@@ -210,7 +187,15 @@ class SqlTx:
         await self.place_mail()
         pending, self._pending = self._pending, {}
         if pending:
-            await self.store.insert_rows(self, pending)
+            await self.backend.insert_rows(self, pending, ())
+
+    async def finish(self) -> None:
+        """The last statements of a write transaction, before its commit: the buffered
+        inserts and the notifications."""
+        await self.place_mail()
+        pending, self._pending = self._pending, {}
+        if pending or self.notifications:
+            await self.backend.insert_rows(self, pending, self.notifications)
 
     async def place_mail(self) -> None:
         """Take the inbox positions of the mail waiting for one, every inbox's at once, and
@@ -219,7 +204,7 @@ class SqlTx:
         if not unplaced:
             return
         counts = Counter(msg.recipient_id for msg, _ in unplaced)
-        following = await self.store.take_inbox_positions(self, counts)
+        following = await self.backend.take_inbox_positions(self, counts)
         for msg, placed in unplaced:
             msg.seq = following[msg.recipient_id]
             following[msg.recipient_id] += 1
@@ -237,45 +222,79 @@ class SqlTx:
         if self._pending and (reads is None or not reads.isdisjoint(self._pending)):
             await self.flush()
 
-    async def _exec(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
-        await self._flush_for(None)
-        return await self.conn.execute(stmt, params)
-
-    async def _exec_built(
-        self, stmt: Any, params: dict[str, Any], *, reads: frozenset[str] | None = None
-    ) -> Any:
-        """Run a statement built once (never one built per call: each is compiled and kept),
-        after the buffered inserts it may read (``_flush_for``)."""
+    async def _run(
+        self, statement: Statement, args: Sequence[Any], *, reads: frozenset[str] | None
+    ) -> Result:
         await self._flush_for(reads)
-        if self.direct is not None:
-            return self.direct.execute(stmt, params)
-        return await self.conn.execute(stmt, params)
+        rows, count = await self.executor.execute(statement.sql, args, statement.outs)
+        return Result(statement.keys, rows, count)
+
+    async def run(
+        self,
+        query: Query,
+        params: Mapping[str, Any] | None = None,
+        *,
+        reads: frozenset[str] | None = None,
+    ) -> Result:
+        """Run a statement built once, after the buffered inserts it may read
+        (``_flush_for``)."""
+        statement = query.statement(self._compiler, self._conv)
+        return await self._run(statement, statement.args(params), reads=reads)
+
+    async def execute(self, construct: Any, params: Mapping[str, Any] | None = None) -> Result:
+        """Run a construct built for this run (compiled now, with its values or ``params``)."""
+        statement = compile_statement(
+            construct, self._compiler, self._conv, values=True, params=params
+        )
+        return await self._run(statement, statement.args(None), reads=None)
+
+    async def insert_many(self, query: Query, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run an ``INSERT`` built once for each of ``rows`` (its columns)."""
+        statement = query.statement(self._compiler, self._conv)
+        await self.executor.execute_many(statement.sql, [statement.args(row) for row in rows])
+
+    async def _where(
+        self,
+        head: Query,
+        where: Sequence[Any],
+        order_by: Sequence[Any] = (),
+        limit: int | None = None,
+    ) -> Result:
+        """``head`` (a statement built once, without parameters) followed by a caller's
+        conditions, ordering and limit."""
+        order = order_clause(order_by, self._compiler)
+        if order is None:
+            construct = head.construct.where(*where).order_by(*order_by)
+            return await self.execute(construct if limit is None else construct.limit(limit))
+        statement = head.statement(self._compiler, self._conv)
+        conditions, args = where_clause(where, self._compiler, self._conv)
+        sql = statement.sql + conditions + order
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return await self._run(Statement(sql, (), statement.keys, statement.outs), args, reads=None)
 
     # -- generic records --------------------------------------------------------------------
     def insert(self, name: str, record: BaseModel) -> None:
         """Buffer an insert of a core record into its table."""
-        self._pending.setdefault(name, []).append(_to_row(name, record))
+        self._pending.setdefault(name, []).append(to_row(name, record))
 
     async def get(self, name: str, key: str, *, for_update: bool = False) -> Any:
-        stmt = self.store.get_by_id(name, for_update=for_update)
-        row = (await self._exec_built(stmt, {"_key": key})).mappings().first()
-        return None if row is None else _row_to(name, row)
+        query = (q.LOCKED_GETS if for_update else q.GETS)[name]
+        row = (await self.run(query, {"_key": key})).mapping()
+        return None if row is None else row_to(name, row)
 
     async def update(self, name: str, key: str, **values: Any) -> int:
         if any(isinstance(v, ClauseElement) for v in values.values()):
-            table, _ = _RECORDS[name]
-            result = await self._exec(update(table).where(table.c.id == key).values(**values))
+            table, _ = RECORDS[name]
+            result = await self.execute(table.update().where(table.c.id == key).values(**values))
         else:
-            stmt = _update_by_id(name, tuple(values))
             params = {f"_v_{col}": v for col, v in values.items()}
             params["_key"] = key
-            result = await self._exec_built(stmt, params)
-        return int(result.rowcount)
+            result = await self.run(q.update_by_id(name, tuple(values)), params)
+        return result.rowcount
 
     async def delete(self, name: str, key: str) -> int:
-        table, _ = _RECORDS[name]
-        result = await self._exec(delete(table).where(table.c.id == key))
-        return int(result.rowcount)
+        return (await self.run(q.DELETES[name], {"_key": key})).rowcount
 
     async def select(
         self,
@@ -284,40 +303,19 @@ class SqlTx:
         order_by: Sequence[Any] = (),
         limit: int | None = None,
     ) -> list[Any]:
-        table, _ = _RECORDS[name]
-        stmt = select(table).where(*where)
-        if order_by:
-            stmt = stmt.order_by(*order_by)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        return [_row_to(name, row) for row in (await self._exec(stmt)).mappings().all()]
+        result = await self._where(_ROWS[name], where, order_by, limit)
+        return [row_to(name, row) for row in result.mappings()]
 
     def table(self, name: str) -> Any:
-        return _RECORDS[name][0]
+        return RECORDS[name][0]
 
     async def count(self, name: str, *where: Any) -> int:
-        table, _ = _RECORDS[name]
-        stmt = select(func.count()).select_from(table).where(*where)
-        return int((await self._exec(stmt)).scalar_one())
+        return int((await self._where(_COUNTS[name], where)).scalar_one())
 
     async def page(
         self, name: str, *where: Any, key: str, limit: int, max_bytes: int | None
     ) -> Page[Any]:
         return await self._page(name, list(where), key=key, limit=limit, max_bytes=max_bytes)
-
-    def _row_bytes(self, table: Any) -> Any:
-        """The bytes of a row's text and JSON columns, as the database computes them."""
-        sizes = []
-        for col in table.columns:
-            if isinstance(col.type, Text | JSON):
-                text = cast(col, Text)
-                size = (
-                    func.octet_length(text)
-                    if self.store.dialect == "postgresql"
-                    else func.length(cast(text, LargeBinary))
-                )
-                sizes.append(func.coalesce(size, 0))
-        return sum(sizes[1:], sizes[0]) if sizes else func.coalesce(None, 0)
 
     async def _page(
         self,
@@ -328,24 +326,20 @@ class SqlTx:
         limit: int,
         max_bytes: int | None,
         descending: bool = False,
-        extra: Sequence[Any] = (),
-        keep: Callable[[Any], bool] | None = None,
+        extra: tuple[str, ...] = (),
+        keep: Callable[[tuple[Any, ...]], bool] | None = None,
     ) -> Page[Any]:
         """A page chosen from the ids and sizes of the rows (a light query) before any whole row
-        is read, so that a page of big rows never holds more than its budget and one row."""
-        table, _ = _RECORDS[name]
+        is read, so that a page of big rows never holds more than its budget and one row.
+        ``keep`` sees a light row: id, key, size, then the ``extra`` columns."""
+        table, _ = RECORDS[name]
         key_col = table.c[key]
         order = key_col.desc() if descending else key_col
         if max_bytes is None and keep is None:
             # No budget and no filter of its own: the rows themselves, in one query.
             found = await self.select(name, *where, order_by=[order], limit=limit + 1)
             return Page(found[:limit], len(found) > limit)
-        light = select(
-            table.c.id.label("_id"),
-            key_col.label("_key"),
-            self._row_bytes(table).label("_bytes"),
-            *extra,
-        ).order_by(order)
+        light = _light(name, key, self._compiler.name, extra)
         chosen: list[str] = []
         total = 0
         more = False
@@ -354,9 +348,9 @@ class SqlTx:
             conds = list(where)
             if position is not None:
                 conds.append(key_col < position if descending else key_col > position)
-            rows = (await self._exec(light.where(*conds).limit(limit + 1))).all()
+            rows = (await self._where(light, conds, [order], limit + 1)).all()
             for row in rows:
-                position = row._key
+                position = row[1]
                 if keep is not None and not keep(row):
                     continue
                 if len(chosen) == limit or (
@@ -364,8 +358,8 @@ class SqlTx:
                 ):
                     more = True
                     break
-                chosen.append(row._id)
-                total += int(row._bytes or 0)
+                chosen.append(row[0])
+                total += int(row[2] or 0)
             # Without a filter of its own, one light query of limit + 1 rows decides the page.
             if more or keep is None or len(rows) <= limit:
                 break
@@ -377,41 +371,23 @@ class SqlTx:
     async def insert_token(
         self, token_hash: str, principal_id: str, label: str, at: datetime
     ) -> None:
-        await self._exec(
-            s.tokens.insert().values(
-                hash=token_hash, principal_id=principal_id, label=label, created=at
-            )
-        )
+        params = {"_hash": token_hash, "_principal": principal_id, "_label": label, "_at": at}
+        await self.run(q.INSERT_TOKEN, params)
 
     async def principal_by_token(self, token_hash: str) -> Principal | None:
-        stmt = (
-            select(s.principals)
-            .join(s.tokens, s.tokens.c.principal_id == s.principals.c.id)
-            .where(s.tokens.c.hash == token_hash, s.tokens.c.revoked_at.is_(None))
-        )
-        row = (await self._exec(stmt)).mappings().first()
-        return None if row is None else _row_to("principals", row)
+        row = (await self.run(q.PRINCIPAL_BY_TOKEN, {"_hash": token_hash})).mapping()
+        return None if row is None else row_to("principals", row)
 
     async def revoke_tokens(self, principal_id: str, at: datetime) -> int:
-        result = await self._exec(
-            update(s.tokens)
-            .where(s.tokens.c.principal_id == principal_id, s.tokens.c.revoked_at.is_(None))
-            .values(revoked_at=at)
-        )
-        return int(result.rowcount)
+        return (await self.run(q.REVOKE_TOKENS, {"_principal": principal_id, "_at": at})).rowcount
 
     # -- mail -------------------------------------------------------------------------------
     def deliver_to_inbox(self, msg: Message, placed: Callable[[Message], None]) -> None:
         self._unplaced.append((msg, placed))
 
     async def message_by_idempotency(self, from_id: str, key: str) -> Message | None:
-        rows = await self.select(
-            "messages",
-            s.messages.c.from_id == from_id,
-            s.messages.c.idempotency_key == key,
-            s.messages.c.copy_of.is_(None),
-        )
-        return rows[0] if rows else None
+        row = (await self.run(q.BY_IDEMPOTENCY, {"_from": from_id, "_idem": key})).mapping()
+        return None if row is None else row_to("messages", row)
 
     async def list_inbox(self, recipient_id: str, flt: InboxFilter) -> list[Message]:
         return (await self.inbox_page(recipient_id, flt, max_bytes=None)).rows
@@ -420,10 +396,10 @@ class SqlTx:
         self, recipient_id: str, flt: InboxFilter, *, max_bytes: int | None
     ) -> Page[Message]:
         label = flt.label
-        m = s.messages.c
 
-        def labelled(row: Any) -> bool:
-            return label in (row.labels or ()) or row.archive_label == label
+        def labelled(row: tuple[Any, ...]) -> bool:
+            labels, archive_label = row[3], row[4]
+            return label in (labels or ()) or archive_label == label
 
         return await self._page(
             "messages",
@@ -431,7 +407,7 @@ class SqlTx:
             key="seq",
             limit=flt.limit,
             max_bytes=max_bytes,
-            extra=(m.labels, m.archive_label) if label else (),
+            extra=("labels", "archive_label") if label else (),
             keep=labelled if label else None,
         )
 
@@ -445,23 +421,19 @@ class SqlTx:
         buffered.update(msg.id for msg, _ in self._unplaced)
         if not buffered.isdisjoint(wanted):
             await self.flush()
-        return await self.store.mark_delivered(self, wanted, at)
+        return await self.backend.mark_delivered(self, wanted, at)
 
     async def last_broadcast_at(self, sender_id: str) -> datetime | None:
-        m = s.messages.c
-        stmt = select(func.max(m.created)).where(
-            m.from_id == sender_id, m.to_kind == "broadcast", m.copy_of.is_(None)
-        )
-        return _utc((await self._exec(stmt)).scalar())  # type: ignore[no-any-return]
+        result = await self.run(q.LAST_BROADCAST, {"_sender": sender_id})
+        return utc(result.scalar())  # type: ignore[no-any-return]
 
     async def expire_due(self, now: datetime) -> list[Message]:
-        m = s.messages.c
-        due = await self.select(
-            "messages", m.status.in_(OPEN_STATUSES), m.expires_at <= now, order_by=[m.expires_at]
-        )
+        result = await self.run(q.DUE, {"_now": now})
+        due: list[Message] = [row_to("messages", row) for row in result.mappings()]
         if due:
-            await self._exec(
-                update(s.messages)
+            m = s.messages.c
+            await self.execute(
+                s.messages.update()
                 .where(m.id.in_([d.id for d in due]), m.status.in_(OPEN_STATUSES))
                 .values(status="expired", failure_reason="ttl_expired")
             )
@@ -475,19 +447,14 @@ class SqlTx:
         return await self.select("messages", or_(*conds), order_by=[m.created, m.id])
 
     async def summary(self, recipient_id: str, now: datetime) -> MailSummary:
-        m = s.messages.c
-        stmt = (
-            select(m.status, m.kind, func.count(), func.min(m.created))
-            .where(m.recipient_id == recipient_id, m.status.in_(OPEN_STATUSES))
-            .group_by(m.status, m.kind)
-        )
         unread = in_progress = blockers = total = 0
         oldest: datetime | None = None
-        for status, kind, count, first in (await self._exec(stmt)).all():
+        result = await self.run(q.SUMMARY, {"_recipient": recipient_id})
+        for status, kind, count, first in result.all():
             total += count
             if status in ("pending", "delivered"):
                 unread += count
-                first = _utc(first)
+                first = utc(first)
                 oldest = first if oldest is None or first < oldest else oldest
             if status == "in_progress":
                 in_progress += count
@@ -504,7 +471,7 @@ class SqlTx:
 
     # -- channels ---------------------------------------------------------------------------
     async def channel_members(self, channel_id: str) -> list[str]:
-        rows = (await self._exec_built(prepared.CHANNEL_MEMBERS, {"_channel": channel_id})).all()
+        rows = (await self.run(q.CHANNEL_MEMBERS, {"_channel": channel_id})).all()
         return [r[0] for r in rows]
 
     async def get_channel(self, channel_id: str, *, for_update: bool = False) -> Channel | None:
@@ -514,11 +481,10 @@ class SqlTx:
         return channel
 
     async def set_members(self, channel_id: str, members: Sequence[str]) -> None:
-        cm = s.channel_members
-        await self._exec(cm.delete().where(cm.c.channel_id == channel_id))
+        await self.run(q.DELETE_MEMBERS, {"_channel": channel_id})
         if members:
-            await self.conn.execute(
-                cm.insert(),
+            await self.insert_many(
+                q.INSERT_MEMBER,
                 [
                     {"channel_id": channel_id, "member_id": mid, "position": i}
                     for i, mid in enumerate(members)
@@ -550,7 +516,7 @@ class SqlTx:
         if page.rows:
             # Every member of the page's channels in one query, not one query per channel.
             cm = s.channel_members.c
-            found = await self._exec(
+            found = await self.execute(
                 select(cm.channel_id, cm.member_id)
                 .where(cm.channel_id.in_([ch.id for ch in page.rows]))
                 .order_by(cm.channel_id, cm.position)
@@ -570,7 +536,7 @@ class SqlTx:
         params = {"_channel": channel_id, "_now": now or datetime.now(UTC)}
         if trigger_id is not None:
             params["_trigger"] = trigger_id
-        result = await self._exec_built(prepared.NEXT_SEQ[trigger_id is not None], params)
+        result = await self.run(q.NEXT_SEQ[trigger_id is not None], params)
         return int(result.scalar_one())
 
     async def claim_channel_seq(
@@ -581,25 +547,17 @@ class SqlTx:
         cancelled; None otherwise. Check and claim are one statement under the channel's row
         lock: this is the linearisation point of supersede (C10)."""
         params = {"_channel": channel_id, "_trigger": trigger_id, "_task": task_id, "_now": now}
-        seq = (await self._exec_built(_CLAIM_SEQ, params)).scalar()
+        seq = (await self.run(q.CLAIM_SEQ, params)).scalar()
         return None if seq is None else int(seq)
 
     async def renew_task_leases(self, owner: str, until: datetime) -> list[str]:
         """Extend the leases of the running tasks ``owner`` still holds, in one statement;
         return their ids (a task missing from them was taken over)."""
-        t = s.tasks.c
-        result = await self._exec(
-            update(s.tasks)
-            .where(t.owner == owner, t.status == "running")
-            .values(lease_until=until)
-            .returning(t.id)
-        )
-        return [str(row[0]) for row in result]
+        result = await self.run(q.RENEW_LEASES, {"_owner": owner, "_until": until})
+        return [str(row[0]) for row in result.all()]
 
     async def last_trigger_id(self, channel_id: str) -> str | None:
-        c = s.channels.c
-        stmt = self.store.lock_row(select(c.last_trigger_id).where(c.id == channel_id))
-        return (await self._exec(stmt)).scalar()  # type: ignore[no-any-return]
+        return (await self.run(q.LAST_TRIGGER, {"_channel": channel_id})).scalar()  # type: ignore[no-any-return]
 
     async def channel_messages(
         self,
@@ -628,10 +586,10 @@ class SqlTx:
         count = latest if latest is not None else limit
         if max_bytes is None:
             # The hot path of every prompt: one statement built once, limit + 1 rows.
-            stmt = prepared.CHANNEL_ROWS[(after_seq is not None, newest)]
+            query = q.CHANNEL_ROWS[(after_seq is not None, newest)]
             params = {"_channel": channel_id, "_after": after_seq, "_limit": count + 1}
-            rows = (await self._exec_built(stmt, params)).mappings().all()
-            found = [_row_to("channel_messages", row) for row in rows]
+            result = await self.run(query, params)
+            found = [row_to("channel_messages", row) for row in result.mappings()]
             page = Page(found[:count], len(found) > count)
         else:
             cm = s.channel_messages.c
@@ -658,10 +616,7 @@ class SqlTx:
             "_latest": latest,
         }
         # A compound select keeps no order of its own: each row carries its part and position.
-        rows = sorted(
-            (await self._exec_built(prepared.SPEAKER_SOURCES, params)).all(),
-            key=lambda r: (r[0], r[1]),
-        )
+        rows = sorted((await self.run(q.SPEAKER_SOURCES, params)).all(), key=lambda r: (r[0], r[1]))
         return SpeakerSources(
             channel_members=[r[2] for r in rows if r[0] == 0],
             work=[(r[2], r[3]) for r in rows if r[0] == 1],
@@ -672,10 +627,10 @@ class SqlTx:
         self, meeting_id: str, *, spoke: bool, round_number: int
     ) -> Meeting | None:
         params = {"_key": meeting_id, "_spoke": int(spoke), "_round": round_number}
-        row = (await self._exec_built(prepared.COUNT_TURN, params)).mappings().first()
-        return None if row is None else _row_to("meetings", row)
+        row = (await self.run(q.COUNT_TURN, params)).mapping()
+        return None if row is None else row_to("meetings", row)
 
     async def session_for(self, agent_id: str, channel_id: str) -> LogicalSession | None:
         params = {"_agent": agent_id, "_channel": channel_id}
-        row = (await self._exec_built(prepared.SESSION_FOR, params)).mappings().first()
-        return None if row is None else _row_to("sessions", row)
+        row = (await self.run(q.SESSION_FOR, params)).mapping()
+        return None if row is None else row_to("sessions", row)

@@ -5,7 +5,9 @@ transaction); the writer runs as many queued jobs as are waiting in one database
 commits once. If any job in a batch raises, the batch is rolled back and every job is run again
 alone, so one refused request never takes its neighbours down and never leaves half its writes
 behind. Side effects (bus publishes) are registered with ``tx.after_commit`` and run only once
-the data they announce is durable: persist before publish. Transactions are ``sql.SqlTx``.
+the data they announce is durable: persist before publish. Transactions are ``sql.SqlTx``,
+whose statements run on the driver connection a dialect's store gives them (``sqlite``,
+``postgres``); this module and ``sql`` know no driver.
 """
 
 from __future__ import annotations
@@ -18,19 +20,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Dialect
 
-from parley.adapters.store import prepared
-from parley.adapters.store.sql import (
-    _GETS,
-    _INSERTS,
-    Job,
-    Notifications,
-    Rows,
-    SqlTx,
-    T,
-)
+from parley.adapters.store import queries as q
+from parley.adapters.store.sql import Job, Notifications, Rows, SqlTx, T
+from parley.adapters.store.statements import Conversions
 from parley.core.errors import ParleyError, StorageError, StorageFull
 from parley.core.events import Event
 from parley.core.ids import new_ulid
@@ -45,7 +39,7 @@ the hub's usual writes (a mail, a post, a turn) needs."""
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a PostgreSQL error raised through SQLAlchemy (or by the driver)."""
+    """The SQLSTATE of a PostgreSQL error (the driver's, or one that carries it)."""
     for err in (getattr(exc, "orig", None), exc):
         state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
         if isinstance(state, str):
@@ -58,9 +52,14 @@ def _transient(exc: BaseException) -> bool:
 
 
 class SqlStore:
-    """A parley store on one SQLAlchemy async engine (plus a dedicated writer connection)."""
+    """A parley store: a group-commit writer on one driver connection, and readers."""
 
     dialect = "sql"
+    # The SQLAlchemy dialect the statements are compiled for, and how values are converted.
+    compiler: Dialect
+    conv: Conversions
+    # The driver's errors, reported as StorageError.
+    driver_errors: tuple[type[BaseException], ...] = ()
     writer_count = 1
     # Whether ``write(eager=True)`` may run a job in the caller's task: only where statements
     # and the commit never suspend (SQLite's writer on the loop), so a cancel cannot land inside
@@ -70,7 +69,6 @@ class SqlStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine: AsyncEngine | None = None
         self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
         self._writers: list[asyncio.Task[None]] = []
         self.max_batch = 256
@@ -79,7 +77,6 @@ class SqlStore:
         self._owner: str | None = None
         # Told the number of jobs of each committed batch (the hub's metrics).
         self.on_batch: Callable[[int], None] | None = None
-        self._locked_gets: dict[str, Any] = {}
         # Whether a write was refused for lack of disk space since a write that needs room
         # (``_probe_space``) last committed; how many were.
         self.full = False
@@ -94,38 +91,13 @@ class SqlStore:
         """Where the data lives, for messages (never with a password)."""
         return self.dialect
 
-    def lock_row(self, stmt: Any) -> Any:
-        return stmt
-
-    def get_by_id(self, name: str, *, for_update: bool) -> Any:
-        """The statement reading one record by id, with this dialect's row lock if
-        ``for_update``: built once, as every trigger, reply and finish locks a row."""
-        if not for_update:
-            return _GETS[name]
-        stmt = self._locked_gets.get(name)
-        if stmt is None:
-            stmt = self._locked_gets[name] = self.lock_row(_GETS[name])
-        return stmt
-
-    async def insert_rows(
-        self, tx: SqlTx, pending: Rows, notifications: Notifications = ()
-    ) -> None:
+    async def insert_rows(self, tx: SqlTx, pending: Rows, notifications: Notifications) -> None:
         """Insert a transaction's buffered rows (by table), one ``executemany`` per table, and
         send its ``notifications`` (which only PostgreSQL has)."""
         if notifications:
             raise StorageError(f"{self.dialect} has no NOTIFY: the cluster bus needs PostgreSQL")
         for name, rows in pending.items():
-            if tx.direct is not None:
-                tx.direct.insert_many(_INSERTS[name], rows)
-            else:
-                await tx.conn.execute(_INSERTS[name], rows)
-
-    async def finish(self, tx: SqlTx) -> None:
-        """The last statements of a write transaction, before its commit."""
-        await tx.place_mail()
-        pending, tx._pending = tx._pending, {}
-        if pending or tx.notifications:
-            await self.insert_rows(tx, pending, tx.notifications)
+            await tx.insert_many(q.insert(name, tuple(rows[0])), rows)
 
     async def mark_alive(self, owner: str) -> None:
         self._owner = owner
@@ -137,8 +109,7 @@ class SqlStore:
     async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
         """Mark the pending ones of ``ids`` delivered; the ids marked. The transaction has sent
         whatever buffered mail it marks (``SqlTx.mark_delivered``)."""
-        result = await tx.conn.execute(prepared.MARK_DELIVERED, {"_ids": ids, "_at": at})
-        return [row[0] for row in result.all()]
+        raise NotImplementedError
 
     async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
         """Take ``counts[r]`` consecutive new positions in each recipient ``r``'s inbox, in
@@ -162,19 +133,15 @@ class SqlStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._writers.clear()
-        if self.engine is not None:
-            await self.engine.dispose()
-            self.engine = None
 
     # -- transactions -----------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[SqlTx]:
-        """A read-only transaction on a pooled connection."""
-        assert self.engine is not None, "store is not open"
+        """A read-only transaction on a reader's connection."""
         try:
-            async with self.engine.connect() as conn:
-                yield SqlTx(conn, self)
-        except (SQLAlchemyError, DBAPIError) as exc:
+            async with self._read_transaction() as tx:
+                yield tx
+        except self.driver_errors as exc:
             if self.disk_full(exc):
                 raise self.full_error("reading from") from exc
             raise StorageError(f"reading from the store failed: {exc}") from exc
@@ -220,20 +187,16 @@ class SqlStore:
         """Run jobs in one transaction. Returns False (rolled back, nothing resolved) if a job
         failed inside a multi-job batch, so the caller can retry each alone, or if a lone job
         hit a transient conflict and this is not its ``final`` attempt."""
-        assert self.engine is not None
         results: list[Any] = []
         afters: list[Callable[[], Awaitable[None] | None]] = []
         try:
             # One transaction object for the whole batch, so the buffered inserts of all its
             # jobs go out as one executemany per table.
-            async with (
-                self._write_connection() as conn,
-                self._write_transaction(conn, batch=len(batch) > 1) as tx,
-            ):
+            async with self._write_transaction(batch=len(batch) > 1) as tx:
                 for job, _ in batch:
                     results.append(await job(tx))
-                await self.finish(tx)
-                afters = tx._after
+                await tx.finish()
+                afters = tx.after
         except Exception as exc:
             if len(batch) > 1 or (not final and _transient(exc)):
                 return False
@@ -279,7 +242,7 @@ class SqlStore:
             full = self.full_error("writing to")
             full.__cause__ = exc
             return full
-        if isinstance(exc, (SQLAlchemyError, DBAPIError)):
+        if isinstance(exc, self.driver_errors):
             err = StorageError(f"writing to the store failed: {exc.__class__.__name__}: {exc}")
             err.__cause__ = exc
             return err
@@ -321,17 +284,12 @@ class SqlStore:
             self.full = False
         return "full" if self.full else "ok"
 
-    @contextlib.asynccontextmanager
-    async def _write_transaction(
-        self, conn: AsyncConnection, *, batch: bool
-    ) -> AsyncIterator[SqlTx]:
-        """Begins a write transaction on ``conn`` (for a ``batch`` of several jobs, or one job)
-        and gives its transaction object; commits it, or rolls it back on error."""
-        async with conn.begin():
-            yield SqlTx(conn, self)
+    def _write_transaction(self, *, batch: bool) -> contextlib.AbstractAsyncContextManager[SqlTx]:
+        """Begins a write transaction on the writer's connection (for a ``batch`` of several
+        jobs, or one job) and gives its transaction object; commits it, or rolls it back on
+        error."""
+        raise NotImplementedError
 
-    @contextlib.asynccontextmanager
-    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
-        assert self.engine is not None
-        async with self.engine.connect() as conn:
-            yield conn
+    def _read_transaction(self) -> contextlib.AbstractAsyncContextManager[SqlTx]:
+        """A read transaction on a reader's connection, ended when it exits."""
+        raise NotImplementedError

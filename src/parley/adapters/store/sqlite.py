@@ -1,4 +1,4 @@
-"""The embedded default store: SQLite in WAL mode through aiosqlite.
+"""The embedded default store: SQLite in WAL mode on the ``sqlite3`` driver.
 
 Only one hub may use a SQLite data root at a time: two writers sharing one file through separate
 processes is how a peer project corrupted its store, so the second hub is refused at start by an
@@ -6,9 +6,17 @@ exclusive lock on ``<database>.lock``. Write transactions start with ``BEGIN IMM
 a transaction never has to upgrade a read lock to a write lock (the upgrade is where two SQLite
 transactions deadlock into SQLITE_BUSY).
 
-The writer runs its statements on the event loop (see ``sqlite_inline``); so that the fsyncs of a
-WAL checkpoint never stall the loop, checkpoints run in a thread of their own instead of inside
-the commit that crosses the WAL's size limit.
+The one writer runs its statements on the event loop thread, on a ``sqlite3`` connection of its
+own. A thread round trip per statement (100–250 µs on a busy two-core machine) made a discussion
+turn's ten-odd statements cost milliseconds, while the statements themselves take microseconds in
+WAL mode with ``synchronous=NORMAL``. This is safe only for the writer: it never waits on a lock
+held by this process (readers in WAL mode take no write lock, and the data root lock keeps other
+processes out), so blocking the loop while it works never blocks the work it waits for. Readers
+run in threads of the store's own, one connection each, so that a large read never stalls the
+loop; a read is one deferred transaction (one snapshot). So that the fsyncs of a WAL checkpoint
+never stall the loop, checkpoints run in a thread of their own instead of inside the commit that
+crosses the WAL's size limit. Alembic migrates the schema at open, through SQLAlchemy on a
+connection of its own; nothing else uses SQLAlchemy's engine.
 """
 
 from __future__ import annotations
@@ -17,79 +25,194 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import functools
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
-from sqlalchemy import event, func, select
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy import JSON, bindparam, create_engine, event, func, literal_column, select, update
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Dialect
+from sqlalchemy.pool import StaticPool
 
 from parley.adapters.store import migrate
+from parley.adapters.store import queries as q
 from parley.adapters.store import schema as s
 from parley.adapters.store.sql import SqlTx
 from parley.adapters.store.sql_store import SqlStore
-from parley.adapters.store.sqlite_direct import DirectSqlite
-from parley.adapters.store.sqlite_inline import InlineConnection, inline_creator
+from parley.adapters.store.statements import SQLITE, Convert, Query, convert_rows
 from parley.core.errors import HubAlreadyRunning, StorageError
 from parley.private_files import PRIVATE_DIR, PRIVATE_FILE, restrict, touch_private
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_S = 1.0
+# Reader connections kept open, and open at most (more readers wait for one).
+READERS_KEPT = 4
+READERS_MAX = 12
 # SQLite's result codes for a full disk: SQLITE_FULL (whose extended codes keep it in the low
 # byte), and SQLITE_IOERR_SHMSIZE, an open that could not grow the WAL index (``-shm``) file.
 _SQLITE_FULL = 13
 _SQLITE_IOERR_SHMSIZE = 4874
 
 log = logging.getLogger("parley.store")
+R = TypeVar("R")
 
 
 Synchronous = Literal["normal", "full"]
 """SQLite's ``synchronous`` settings a hub accepts (``Settings.sqlite_synchronous``)."""
 
-
-def _pragmas(dbapi_conn: Any, _record: Any, *, synchronous: str) -> None:
-    # Let SQLAlchemy's begin event decide how transactions start (see _begin_*).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    # NORMAL: a commit survives a crash of the process (the WAL is flushed at checkpoints);
-    # FULL: it also survives losing power, at one fsync per commit (per batch of jobs).
-    cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
-    cur.execute("PRAGMA wal_autocheckpoint=0")  # see SqliteStore._checkpoints
-    cur.close()
-
-
-def _begin_immediate(conn: Any) -> None:
-    # A write batch begins its transaction on the sqlite3 connection itself (see
-    # SqliteStore._write_transaction); a statement SQLAlchemy runs in it joins that transaction.
-    if not conn.connection.driver_connection.in_transaction:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _begin_deferred(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN")
-
-
-def _engine(path: Path, *, writer: bool, synchronous: str) -> AsyncEngine:
-    # The one writer runs its statements on the loop thread (see sqlite_inline for why that is
-    # safe); readers keep aiosqlite's threads so that a large read never stalls the loop.
-    engine = create_async_engine(
-        f"sqlite+aiosqlite:///{path}",
-        pool_size=1 if writer else 4,
-        max_overflow=0 if writer else 8,
-        **({"async_creator": inline_creator(path)} if writer else {}),
+# Pending mail marked delivered, and the ids it marked; the ids go in as one JSON list.
+MARK_DELIVERED = Query(
+    update(s.messages)
+    .where(
+        s.messages.c.id.in_(
+            select(literal_column("value")).select_from(
+                func.json_each(bindparam("_ids", type_=JSON))
+            )
+        ),
+        s.messages.c.status == "pending",
     )
-    event.listen(
-        engine.sync_engine, "connect", functools.partial(_pragmas, synchronous=synchronous)
-    )
-    event.listen(engine.sync_engine, "begin", _begin_immediate if writer else _begin_deferred)
-    return engine
+    .values(status="delivered", delivered_at=bindparam("_at"))
+    .returning(s.messages.c.id)
+)
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A connection with the store's settings. ``isolation_level=None``: the store begins and
+    ends its transactions itself. ``check_same_thread=False``: a reader's connection is used by
+    one thread at a time, not always the same one."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        # NORMAL: a commit survives a crash of the process (the WAL is flushed at checkpoints);
+        # FULL: it also survives losing power, at one fsync per commit (per batch of jobs).
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # see SqliteStore._checkpoints
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class InlineExecutor:
+    """Runs the writer's statements on the event loop thread: its coroutines complete without
+    suspending, so a write transaction never yields to the loop midway."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    async def execute(
+        self, sql: str, args: Sequence[Any], outs: Sequence[Convert]
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        cursor = self.conn.execute(sql, args)
+        rows = convert_rows(cursor.fetchall(), outs) if outs else []
+        return rows, cursor.rowcount
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+
+class ReaderExecutor:
+    """Runs a read transaction's statements in a thread of the store's readers: the first one
+    begins the (deferred) transaction in the same trip."""
+
+    def __init__(self, conn: sqlite3.Connection, threads: ThreadPoolExecutor) -> None:
+        self.conn = conn
+        self.threads = threads
+        self.begun = False
+        # A statement still running in its thread after its caller was cancelled.
+        self.abandoned: asyncio.Future[Any] | None = None
+
+    async def _call(self, function: Callable[[], R]) -> R:
+        running = asyncio.get_running_loop().run_in_executor(self.threads, function)
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if not running.done():
+                self.abandoned = running
+            raise
+
+    def _run(
+        self, sql: str, args: Sequence[Any], outs: Sequence[Convert], begin: bool
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        if begin:
+            self.conn.execute("BEGIN")
+        cursor = self.conn.execute(sql, args)
+        rows = convert_rows(cursor.fetchall(), outs) if outs else []
+        return rows, cursor.rowcount
+
+    async def execute(
+        self, sql: str, args: Sequence[Any], outs: Sequence[Convert]
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        begin = not self.begun
+        self.begun = True
+        return await self._call(lambda: self._run(sql, args, outs, begin))
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        begin = not self.begun
+        self.begun = True
+
+        def run() -> None:
+            if begin:
+                self.conn.execute("BEGIN")
+            self.conn.executemany(sql, rows)
+
+        await self._call(run)
+
+
+class _Readers:
+    """The readers' connections: a few kept open, more opened while many readers wait."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.threads = ThreadPoolExecutor(READERS_MAX, thread_name_prefix="parley-read")
+        self._idle: list[sqlite3.Connection] = []
+        self._slots = asyncio.Semaphore(READERS_MAX)
+
+    @contextlib.asynccontextmanager
+    async def executor(self) -> AsyncIterator[ReaderExecutor]:
+        async with self._slots:
+            if self._idle:
+                conn = self._idle.pop()
+            else:
+                opening = asyncio.get_running_loop().run_in_executor(
+                    self.threads, _connect, self.path, self.synchronous
+                )
+                conn = await opening
+            runner = ReaderExecutor(conn, self.threads)
+            try:
+                yield runner
+            finally:
+                self._release(runner)
+
+    def _release(self, runner: ReaderExecutor) -> None:
+        conn = runner.conn
+        if runner.abandoned is not None:
+            # Closed once its statement ends, never handed to another reader meanwhile.
+            runner.abandoned.add_done_callback(lambda _: conn.close())
+            return
+        try:
+            if conn.in_transaction:
+                conn.rollback()  # a read transaction: only its snapshot is let go
+        except sqlite3.Error:
+            conn.close()
+            return
+        if len(self._idle) < READERS_KEPT:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+        self.threads.shutdown(wait=True)
 
 
 def _no_space(exc: BaseException) -> bool:
@@ -103,6 +226,9 @@ class SqliteStore(SqlStore):
     dialect = "sqlite"
     writer_count = 1
     eager_writes = True
+    compiler: Dialect = sqlite_dialect.dialect()
+    conv = SQLITE
+    driver_errors = (sqlite3.Error,)
 
     def __init__(self, path: Path, *, synchronous: Synchronous = "normal") -> None:
         super().__init__(f"sqlite:///{path}")
@@ -112,16 +238,13 @@ class SqliteStore(SqlStore):
         self.path = path
         self.synchronous = synchronous
         self._lock_fd: int | None = None
-        self._write_engine: AsyncEngine | None = None
-        self._writer_conn: AsyncConnection | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._readers: _Readers | None = None
         self._checkpointer: asyncio.Task[None] | None = None
         self._inbox_seq: dict[str, int] = {}
-        # Whether the writer runs its statements built once directly (see sqlite_direct).
-        self.direct_statements = True
-        self._direct: DirectSqlite | None = None
 
     def disk_full(self, exc: BaseException) -> bool:
-        for err in (getattr(exc, "orig", None), exc, exc.__cause__):
+        for err in (exc, exc.__cause__):
             if isinstance(err, sqlite3.Error):
                 code = getattr(err, "sqlite_errorcode", None)
                 if isinstance(code, int):
@@ -176,11 +299,9 @@ class SqliteStore(SqlStore):
             touch_private(self.path)
             for path in self._files():
                 restrict(path)
-            self._write_engine = _engine(self.path, writer=True, synchronous=self.synchronous)
-            async with self._write_engine.connect() as conn:
-                await conn.run_sync(migrate.upgrade)
-                await conn.commit()
-            self.engine = _engine(self.path, writer=False, synchronous=self.synchronous)
+            self._writer = _connect(self.path, self.synchronous)
+            await asyncio.to_thread(self._migrate, self._writer)
+            self._readers = _Readers(self.path, self.synchronous)
             self._checkpointer = asyncio.create_task(self._checkpoints(), name="parley-checkpoint")
         except Exception as exc:
             await self.close()
@@ -189,6 +310,19 @@ class SqliteStore(SqlStore):
             if self.disk_full(exc) or _no_space(exc):
                 raise self.full_error("opening") from exc
             raise StorageError(f"could not open the SQLite store at {self.path}: {exc}") from exc
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the schema to head: Alembic, through SQLAlchemy on the writer's connection
+        (which stays open, as a store that opens holds its files), in a transaction begun with
+        ``BEGIN IMMEDIATE`` as the writer's are."""
+        engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
+        event.listen(engine, "begin", lambda c: c.exec_driver_sql("BEGIN IMMEDIATE"))
+        try:
+            with engine.connect() as connection:
+                migrate.upgrade(connection)
+                connection.commit()
+        finally:
+            engine.dispose(close=False)
 
     def _check_ours(self) -> None:
         """Refuse a database file that another application made (``migrate.check_ours``),
@@ -219,14 +353,13 @@ class SqliteStore(SqlStore):
                 await self._checkpointer
             self._checkpointer = None
         await super().close()
-        if self._writer_conn is not None:
+        if self._writer is not None:
             with contextlib.suppress(Exception):
-                await self._writer_conn.close()
-            self._writer_conn = None
-        self._direct = None
-        if self._write_engine is not None:
-            await self._write_engine.dispose()
-            self._write_engine = None
+                self._writer.close()
+            self._writer = None
+        if self._readers is not None:
+            readers, self._readers = self._readers, None
+            await asyncio.to_thread(readers.close)
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -260,69 +393,46 @@ class SqliteStore(SqlStore):
             for conn in opened:
                 conn.close()
 
-    @contextlib.asynccontextmanager
-    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
-        # The single writer keeps its connection: a pool checkout and return per batch cost
-        # more than a small batch's own statements. A broken connection is replaced.
-        assert self._write_engine is not None
-        conn = self._writer_conn
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._writer_conn = await self._write_engine.connect()
-        yield conn
-
-    def _driver(self, conn: AsyncConnection) -> sqlite3.Connection:
-        driver = conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
-        assert isinstance(driver, InlineConnection)
-        return driver._conn
+    def _writer_connection(self) -> sqlite3.Connection:
+        # The single writer keeps its connection; one that could not be rolled back is replaced.
+        if self._writer is None:
+            if self._readers is None:
+                raise StorageError("the SQLite store is not open")
+            self._writer = _connect(self.path, self.synchronous)
+        return self._writer
 
     @contextlib.asynccontextmanager
-    async def _write_transaction(
-        self, conn: AsyncConnection, *, batch: bool
-    ) -> AsyncIterator[SqlTx]:
-        # BEGIN and COMMIT on the sqlite3 connection: through SQLAlchemy they cost a statement's
-        # overhead each. A statement SQLAlchemy runs inside starts its own transaction object
-        # (the begin listener sees SQLite's transaction open), which then ends this one.
-        if not self.direct_statements:
-            try:
-                async with super()._write_transaction(conn, batch=batch) as tx:
-                    yield tx
-            except BaseException:
-                await self._roll_back(conn, self._driver(conn))
-                raise
-            return
-        raw = self._driver(conn)
-        # A replaced writer connection gets a runner of its own.
-        if self._direct is None or self._direct.conn is not raw:
-            self._direct = DirectSqlite(raw, conn.dialect)
+    async def _write_transaction(self, *, batch: bool) -> AsyncIterator[SqlTx]:
+        raw = self._writer_connection()
+        raw.execute("BEGIN IMMEDIATE")
         try:
-            raw.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
-        try:
-            yield SqlTx(conn, self, self._direct)
-            # SQLAlchemy's transaction commits the sqlite3 connection's; then nothing is left.
-            if conn.in_transaction():
-                await conn.commit()
-            try:
-                raw.commit()
-            except sqlite3.Error as exc:
-                raise DBAPIError.instance("COMMIT", (), exc, sqlite3.Error) from exc
+            yield SqlTx(InlineExecutor(raw), self)
+            raw.commit()
         except BaseException:
-            await self._roll_back(conn, raw)
+            self._roll_back(raw)
             raise
 
-    async def _roll_back(self, conn: AsyncConnection, raw: sqlite3.Connection) -> None:
-        """End a failed write transaction on both layers. SQLAlchemy keeps a transaction whose
-        commit failed (a full disk) until it is rolled back, and refuses every later statement
-        on the connection meanwhile (``PendingRollbackError``): the writer would be wedged
-        until a restart. A connection that cannot be rolled back is dropped and replaced."""
+    def _roll_back(self, raw: sqlite3.Connection) -> None:
+        """End a failed write transaction (a commit that failed on a full disk, say). A
+        connection that cannot be rolled back is dropped and replaced."""
         try:
-            await conn.rollback()
             raw.rollback()
         except Exception:
             log.exception("the writer's connection could not be rolled back; it is replaced")
             with contextlib.suppress(Exception):
-                await conn.invalidate()
+                raw.close()
+            self._writer = None
+
+    @contextlib.asynccontextmanager
+    async def _read_transaction(self) -> AsyncIterator[SqlTx]:
+        if self._readers is None:
+            raise StorageError("the SQLite store is not open")
+        async with self._readers.executor() as runner:
+            yield SqlTx(runner, self)
+
+    async def mark_delivered(self, tx: SqlTx, ids: list[str], at: datetime) -> list[str]:
+        result = await tx.run(MARK_DELIVERED, {"_ids": ids, "_at": at}, reads=frozenset())
+        return [row[0] for row in result.all()]
 
     async def take_inbox_positions(self, tx: SqlTx, counts: dict[str, int]) -> dict[str, int]:
         # This process is the only writer of the file (see the lock above), so the inbox
@@ -331,11 +441,8 @@ class SqliteStore(SqlStore):
         for recipient_id, count in counts.items():
             current = self._inbox_seq.get(recipient_id)
             if current is None:
-                m = s.messages.c
-                stmt = select(func.coalesce(func.max(m.seq), 0)).where(
-                    m.recipient_id == recipient_id
-                )
-                current = int((await tx._exec(stmt)).scalar_one())
+                found = await tx.run(q.INBOX_TOP, {"_recipient": recipient_id})
+                current = int(found.scalar_one())
             first[recipient_id] = current + 1
             self._inbox_seq[recipient_id] = current + count
         return first

@@ -1,7 +1,8 @@
-"""Every record type stored and read back through the writer's direct statements
-(``adapters/store/sqlite_direct.py``; on PostgreSQL ``postgres_direct.py`` and the one-statement
-inserts of ``postgres_bulk.py``) and through SQLAlchemy: the same row stored, the same record
-read back, whichever path wrote or read it."""
+"""Every record type stored and read back through the store's one SQL path
+(``adapters/store/statements.py`` on ``sqlite3`` and ``asyncpg``, and on PostgreSQL the
+one-statement inserts of ``postgres_bulk.py``), byte for byte as SQLAlchemy's own execution
+stores it: a database an earlier parley wrote through SQLAlchemy reads back the same, and the
+other way round."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import create_engine, select
+from sqlalchemy.dialects.sqlite import base as sqlite_types
+from sqlalchemy.dialects.sqlite.pysqlite import dialect as pysqlite
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from parley.adapters.bus.postgres import asyncpg_dsn
 from parley.adapters.store import schema as s
-from parley.adapters.store.postgres import PostgresStore, WriterTx
-from parley.adapters.store.sql import _RECORDS, _to_row
+from parley.adapters.store.postgres import PostgresStore, async_url
+from parley.adapters.store.records import RECORDS, to_row
+from parley.adapters.store.sql import SqlTx
 from parley.adapters.store.sqlite import SqliteStore
+from parley.adapters.store.statements import SQLITE
+from parley.core.errors import StorageError
 from parley.core.ports import Tx
 from parley.service.hub import Hub
 
-NAMES = sorted(_RECORDS)
+_RECORDS = RECORDS
+NAMES = sorted(RECORDS)
 # Microseconds and a timezone; the offset variant is stored as SQLAlchemy stores it (wall clock).
 UTC_TS = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 OFFSET_TS = datetime(2026, 3, 4, 5, 6, 7, 654321, tzinfo=timezone(timedelta(hours=5, minutes=30)))
@@ -106,45 +113,69 @@ def _name_of(record: BaseModel) -> str:
 
 
 class Paths:
-    """Writes and reads of one hub's store, through the direct statements or SQLAlchemy."""
+    """Writes and reads of one hub's store, and the same through SQLAlchemy's own execution on
+    the same database (the reference)."""
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         store = hub.store
-        self.sqlite = store if isinstance(store, SqliteStore) else None
         assert isinstance(store, (SqliteStore, PostgresStore))
         self.store = store
+        self.sqlite = store if isinstance(store, SqliteStore) else None
 
-    async def write(self, *, direct: bool, job: Any) -> Any:
-        self.store.direct_statements = direct
-        try:
-            return await self.hub.store.write(job)
-        finally:
-            self.store.direct_statements = True
+    async def write(self, job: Any) -> Any:
+        return await self.hub.store.write(job)
 
-    async def insert(self, name: str, record: BaseModel, *, direct: bool) -> None:
+    async def insert(self, name: str, record: BaseModel) -> None:
         async def job(tx: Tx) -> None:
             tx.insert(name, record)
 
-        await self.write(direct=direct, job=job)
+        await self.write(job)
 
-    async def get(self, name: str, key: str, *, direct: bool) -> Any:
+    async def get(self, name: str, key: str) -> Any:
+        """Read back by the writer and by a reader: both the same."""
+
         async def job(tx: Tx) -> Any:
             return await tx.get(name, key)
 
-        return await self.write(direct=direct, job=job)
+        written = await self.write(job)
+        async with self.hub.store.read() as tx:
+            read = await tx.get(name, key)
+        assert (written is None) == (read is None)
+        if written is not None:
+            _same(written, read)
+        return written
 
-    async def delete(self, name: str, key: str, *, direct: bool) -> None:
+    async def delete(self, name: str, key: str) -> None:
         async def job(tx: Tx) -> None:
             await tx.delete(name, key)
 
-        await self.write(direct=direct, job=job)
+        await self.write(job)
 
-    async def update(self, name: str, key: str, values: dict[str, Any], *, direct: bool) -> int:
+    async def update(self, name: str, key: str, values: dict[str, Any]) -> int:
         async def job(tx: Tx) -> int:
             return await tx.update(name, key, **values)
 
-        return int(await self.write(direct=direct, job=job))
+        return int(await self.write(job))
+
+    async def reference(self, statement: Any, params: Any = None) -> list[dict[str, Any]]:
+        """Run ``statement`` through SQLAlchemy's engine (its own type processing) and commit;
+        the rows it returned, as mappings."""
+        if self.sqlite is not None:
+            engine = create_engine(f"sqlite:///{self.sqlite.path}")
+            try:
+                with engine.begin() as conn:
+                    result = conn.execute(statement, params)
+                    return [dict(r) for r in result.mappings()] if result.returns_rows else []
+            finally:
+                engine.dispose()
+        aengine = create_async_engine(async_url(self.store.url))
+        try:
+            async with aengine.begin() as aconn:
+                aresult = await aconn.execute(statement, params)
+                return [dict(r) for r in aresult.mappings()] if aresult.returns_rows else []
+        finally:
+            await aengine.dispose()
 
     async def stored(self, name: str, key: str) -> Any:
         """The row as the database holds it: SQLite's values unprocessed, PostgreSQL's as the
@@ -167,93 +198,70 @@ VARIANTS = {"utc": (UTC_TS, False), "offset": (OFFSET_TS, False), "nulls": (UTC_
 
 
 @pytest.mark.parametrize("name", NAMES)
-async def test_a_record_is_stored_and_read_back_the_same_through_both_paths(
+async def test_a_record_is_stored_and_read_back_as_sqlalchemy_stores_and_reads_it(
     hub: Hub, name: str
 ) -> None:
     paths = Paths(hub)
+    table, _ = RECORDS[name]
     for salt, (variant, (ts, nulls)) in enumerate(VARIANTS.items()):
         key = f"{variant}-key"
         original = _record(name, key, ts=ts, nulls=nulls, salt=salt)
-        stored: list[Any] = []
-        reads: list[Any] = []
-        # The same record inserted through each path in turn, each read through both.
-        for direct in (True, False):
-            await paths.insert(name, original, direct=direct)
-            stored.append(await paths.stored(name, key))
-            reads += [
-                await paths.get(name, key, direct=True),
-                await paths.get(name, key, direct=False),
-            ]
-            async with hub.store.read() as tx:
-                reads.append(await tx.get(name, key))
-            await paths.delete(name, key, direct=direct)
-        assert stored[0] == stored[1], variant
-        for read in reads:
-            assert read is not None and type(read) is type(original)
-            assert read.id == key
-            _same(read, reads[0])
+        # Stored by the store, then by SQLAlchemy: the same row; each read back by both.
+        await paths.insert(name, original)
+        ours = await paths.stored(name, key)
+        read = await paths.get(name, key)
+        by_reference = await paths.reference(select(table).where(table.c.id == key))
+        await paths.delete(name, key)
+        await paths.reference(table.insert(), [to_row(name, original)])
+        assert await paths.stored(name, key) == ours, variant
+        _same(await paths.get(name, key), read)
+        assert by_reference == await paths.reference(select(table).where(table.c.id == key))
         if variant != "offset":
             # SQLite keeps a timestamp's wall clock: an offset one reads back as that time in UTC.
-            _same(reads[0], original)
+            _same(read, original)
 
-        # Every column updated at once, to another variant's values, through each path.
-        await paths.insert(name, original, direct=True)
+        # Every column updated at once, to another variant's values, by the store and by
+        # SQLAlchemy: the same row.
         other_variant = "nulls" if variant != "nulls" else "offset"
         other_ts, other_nulls = VARIANTS[other_variant]
         other = _record(name, "unused", ts=other_ts, nulls=other_nulls, salt=9)
-        values, first = _to_row(name, other), _to_row(name, original)
+        values, first = to_row(name, other), to_row(name, original)
         # ``name`` and ``key`` are the parameters of ``Tx.update`` itself.
         for column in ("id", "name", "key"):
             values.pop(column, None)
             first.pop(column, None)
-        updated = []
-        for direct in (True, False):
-            assert await paths.update(name, key, values, direct=direct) == 1
-            updated.append(await paths.stored(name, key))
-            reads = [
-                await paths.get(name, key, direct=True),
-                await paths.get(name, key, direct=False),
-            ]
-            _same(reads[0], reads[1])
-            if other_variant != "offset":
-                fields = {f for f in values if f in type(other).model_fields}
-                assert reads[0].model_dump(include=fields) == other.model_dump(include=fields)
-            assert await paths.update(name, key, first, direct=direct) == 1
-            assert await paths.stored(name, key) == stored[0]
-        assert updated[0] == updated[1], variant
-        assert updated[0] != stored[0], variant
-        assert await paths.update(name, "missing", values, direct=True) == 0
+        assert await paths.update(name, key, values) == 1
+        updated = await paths.stored(name, key)
+        changed = await paths.get(name, key)
+        if other_variant != "offset":
+            fields = {f for f in values if f in type(other).model_fields}
+            assert changed.model_dump(include=fields) == other.model_dump(include=fields)
+        assert await paths.update(name, key, first) == 1
+        assert await paths.stored(name, key) == ours
+        await paths.reference(table.update().where(table.c.id == key).values(**values))
+        assert await paths.stored(name, key) == updated, variant
+        assert updated != ours, variant
+        assert await paths.update(name, "missing", values) == 0
+        await paths.delete(name, key)
 
 
-async def test_the_direct_path_raises_what_sqlalchemy_raises(hub: Hub) -> None:
+async def test_a_refused_statement_raises_a_storage_error_with_the_drivers_cause(
+    hub: Hub,
+) -> None:
     paths = Paths(hub)
     record = _record("events", "dup", ts=UTC_TS, nulls=False)
-    await paths.insert("events", record, direct=True)
-    for direct in (True, False):
-        with pytest.raises(Exception) as raised:
-            await paths.insert("events", record, direct=direct)
-        assert isinstance(raised.value.__cause__, IntegrityError), direct
+    await paths.insert("events", record)
+    with pytest.raises(StorageError) as raised:
+        await paths.insert("events", record)
+    cause = raised.value.__cause__
+    assert isinstance(cause, (sqlite3.IntegrityError, asyncpg.UniqueViolationError))
 
 
-async def test_the_writer_runs_built_statements_directly(hub: Hub) -> None:
-    """The bench's figures rest on the direct path being taken."""
-    paths = Paths(hub)
-    record = _record("events", "seen", ts=UTC_TS, nulls=False)
-
-    async def job(tx: Tx) -> Any:
-        if paths.sqlite is not None:
-            assert getattr(tx, "direct", None) is not None
-        else:
-            assert isinstance(tx, WriterTx)
-        tx.insert("events", record)
-        return await tx.get("events", "seen")
-
-    assert (await paths.write(direct=True, job=job)) == record
-
-
-@pytest.mark.parametrize("mixed", [True, False], ids=["both-paths", "direct-only"])
-async def test_a_transaction_holds_the_writes_of_both_paths(hub: Hub, mixed: bool) -> None:
-    """A batch's direct statements and SQLAlchemy's share one transaction: both commit, or a
+@pytest.mark.parametrize("mixed", [True, False], ids=["built-per-call", "built-once"])
+async def test_a_transaction_commits_or_rolls_back_all_its_statements(
+    hub: Hub, mixed: bool
+) -> None:
+    """Statements built once and built for the run share one transaction: both commit, or a
     failure rolls both back, and the writer goes on working after either."""
     paths = Paths(hub)
     at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -262,22 +270,28 @@ async def test_a_transaction_holds_the_writes_of_both_paths(hub: Hub, mixed: boo
         pass
 
     async def job(tx: Tx, key: str, *, fail: bool) -> None:
+        assert isinstance(tx, SqlTx)
         tx.insert("events", _record("events", key, ts=UTC_TS, nulls=False))
+        await tx.insert_token(f"hash-{key}", "someone", "label", at)
         if mixed:
-            await tx.insert_token(f"hash-{key}", "someone", "label", at)  # built per call
+            await tx.execute(
+                s.tokens.update().where(s.tokens.c.hash == f"hash-{key}").values(label="x")
+            )
         assert await tx.get("events", key) is not None  # flushes the insert first
         if fail:
             raise Refused(key)
 
     with pytest.raises(Refused):
-        await paths.write(direct=True, job=lambda tx: job(tx, "failed", fail=True))
-    await paths.write(direct=True, job=lambda tx: job(tx, "kept", fail=False))
-    assert await paths.get("events", "failed", direct=True) is None
-    assert await paths.get("events", "kept", direct=False) is not None
+        await paths.write(lambda tx: job(tx, "failed", fail=True))
+    await paths.write(lambda tx: job(tx, "kept", fail=False))
+    assert await paths.get("events", "failed") is None
+    assert await paths.get("events", "kept") is not None
     async with hub.store.read() as tx:
+        assert isinstance(tx, SqlTx)
         tokens = s.tokens.c
-        found = (await tx.conn.execute(select(tokens.hash).order_by(tokens.hash))).scalars()
-        assert [h for h in found if h.startswith("hash-")] == (["hash-kept"] if mixed else [])
+        found = (await tx.execute(select(tokens.hash, tokens.label).order_by(tokens.hash))).all()
+        label = "x" if mixed else "label"
+        assert [r for r in found if r[0].startswith("hash-")] == [("hash-kept", label)]
 
 
 @given(
@@ -288,12 +302,13 @@ async def test_a_transaction_holds_the_writes_of_both_paths(hub: Hub, mixed: boo
         st.datetimes(timezones=st.timezones()),
     )
 )
-def test_timestamps_are_written_as_sqlalchemys_sqlite_text(value: Any) -> None:
-    from sqlalchemy.dialects.sqlite import base as sqlite_types
-    from sqlalchemy.dialects.sqlite.aiosqlite import dialect
-
-    from parley.adapters.store.sqlite_direct import _datetime_text
-
-    reference = sqlite_types.DATETIME().bind_processor(dialect())
-    assert reference is not None
-    assert _datetime_text(value) == reference(value)
+def test_timestamps_are_written_and_read_as_sqlalchemys_sqlite_text(value: Any) -> None:
+    reference = sqlite_types.DATETIME().bind_processor(pysqlite())
+    back = sqlite_types.DATETIME().result_processor(pysqlite(), None)
+    assert reference is not None and back is not None
+    ours = SQLITE.bind(s.TS)
+    assert ours is not None
+    assert ours(value) == reference(value)
+    ours_back = SQLITE.result(s.TS)
+    assert ours_back is not None
+    assert ours_back(ours(value)) == back(reference(value))
