@@ -21,12 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 BENCH = ROOT / "bench"
 
-# Cycles outside this change, each fixed by its own piece of work; empty this set as they land.
-# A cycle not listed here fails the test, and so does a listed cycle that is gone (remove it).
-ALLOWED_UNTIL_FIXED: set[frozenset[str]] = {
-    frozenset({"parley.adapters.store.sql", "parley.adapters.store.sql_store"}),
-}
-
 # What each floor must not import. Core has no I/O and imports nothing but core; adapters
 # implement core's ports; the service reaches adapters only through those ports and takes its
 # settings as a value. Surfaces and the composition root (config, bootstrap) sit on top.
@@ -164,10 +158,8 @@ def test_the_graph_sees_the_codebase() -> None:
 
 def test_no_import_cycles() -> None:
     cycles = set(_cycles(GRAPH))
-    new = sorted(_show(c) for c in cycles - ALLOWED_UNTIL_FIXED)
-    assert not new, "import cycles (break them; see service/__init__.py):\n" + "\n".join(new)
-    gone = sorted(_show(c) for c in ALLOWED_UNTIL_FIXED - cycles)
-    assert not gone, "no longer cycles, remove from ALLOWED_UNTIL_FIXED:\n" + "\n".join(gone)
+    found = sorted(_show(c) for c in cycles)
+    assert not found, "import cycles (break them; see service/__init__.py):\n" + "\n".join(found)
 
 
 def test_floors_import_only_downwards() -> None:
