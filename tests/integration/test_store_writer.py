@@ -377,3 +377,39 @@ async def test_mail_waiting_for_its_position_is_placed_before_a_read_of_mail(
     listed = await hub.store.write(job)
     assert [(m.id, m.seq) for m in listed] == [(mail[0].id, 1), (mail[1].id, 2)]
     assert placed == [mail[0].id, mail[1].id]
+
+
+# -- closing -----------------------------------------------------------------------------------
+async def test_writes_pending_when_the_store_closes_fail_and_later_ones_are_refused(
+    settings: Any,
+) -> None:
+    """A hub stopping with work in flight: the write the writer is running, the ones queued
+    behind it and any asked for later each fail with ``storage_error`` instead of waiting
+    for a writer that is gone."""
+    from parley.bootstrap import build_store
+    from parley.core.errors import StorageError
+
+    store = build_store(settings)
+    await store.open()
+    running, never = asyncio.Event(), asyncio.Event()
+
+    async def holds_the_writer(tx: Tx) -> None:
+        running.set()
+        await never.wait()
+
+    async def quick(tx: Tx) -> int:
+        return 1
+
+    in_flight = asyncio.create_task(store.write(holds_the_writer))
+    async with asyncio.timeout(30):
+        await running.wait()
+    queued = asyncio.create_task(store.write(quick))
+    await asyncio.sleep(0)  # one turn of the loop: ``queued`` puts its job on the queue
+    assert store._queue.qsize() == 1
+    await store.close()
+    async with asyncio.timeout(30):
+        for pending in (in_flight, queued):
+            with pytest.raises(StorageError, match="the store is closed"):
+                await pending
+        with pytest.raises(StorageError, match="the store is closed"):
+            await store.write(quick)

@@ -138,3 +138,21 @@ async def test_two_cut_off_tasks_of_one_channel_give_one_note(
         assert len(notes) == 1
     finally:
         await second.stop()
+
+
+async def test_a_task_committed_while_its_hub_stops_is_not_started_and_is_left_to_recovery(
+    settings: Settings, clock: FakeClock
+) -> None:
+    """A post that commits after the hub began to stop does not start a run the stopping hub
+    would never wait for; its task row stays running, for the next start to end."""
+    hub, _, operator = await hub_with_alpha(settings, clock)
+    try:
+        channel = await hub.channels.create(operator, ChannelSpec(name="g", members=["alpha"]))
+        await hub.tasks.stop()
+        await hub.channels.post(operator, channel.id, "late")
+        assert hub.tasks.live == {}
+        async with hub.store.read() as tx:
+            tasks = await tx.select("tasks")
+        assert [t.status for t in tasks] == ["running"]
+    finally:
+        await hub.stop()

@@ -183,6 +183,7 @@ class PostgresStore(SqlStore):
         return await asyncpg.connect(self._dsn, server_settings=self._settings)
 
     async def open(self) -> None:
+        self._closed = False
         try:
             await self._migrate()
             self._pool = await asyncpg.create_pool(

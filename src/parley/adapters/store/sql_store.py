@@ -71,6 +71,9 @@ class SqlStore:
         self.url = url
         self._queue: asyncio.Queue[tuple[Job[Any], asyncio.Future[Any]]] = asyncio.Queue()
         self._writers: list[asyncio.Task[None]] = []
+        # Set by close(): a write after it, or one still queued when it came, fails at once
+        # instead of waiting for a writer that is gone.
+        self._closed = False
         self.max_batch = 256
         # Held while a batch or an eager write runs: one transaction at a time on the writer.
         self._writing = asyncio.Lock()
@@ -127,12 +130,20 @@ class SqlStore:
             )
 
     async def close(self) -> None:
+        self._closed = True
         for task in self._writers:
             task.cancel()
         for task in self._writers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._writers.clear()
+        while not self._queue.empty():
+            _, fut = self._queue.get_nowait()
+            if not fut.done():
+                fut.set_exception(self._closed_error())
+
+    def _closed_error(self) -> StorageError:
+        return StorageError("the store is closed: the hub is stopping, nothing more is written")
 
     # -- transactions -----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -149,6 +160,8 @@ class SqlStore:
     async def write(self, job: Job[T], *, eager: bool = False) -> T:
         """Run ``job`` in a write transaction (possibly batched with others) and return its
         result once committed (see ``Store.write`` for ``eager``)."""
+        if self._closed:
+            raise self._closed_error()
         if not self._writers:
             await self.start_writers()
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -169,10 +182,17 @@ class SqlStore:
             live = [(job, fut) for job, fut in batch if not fut.cancelled()]
             if not live:
                 continue
-            async with self._writing:
-                if len(live) == 1 or not await self._run_batch(live):
-                    for item in live:
-                        await self._run_alone(item)
+            try:
+                async with self._writing:
+                    if len(live) == 1 or not await self._run_batch(live):
+                        for item in live:
+                            await self._run_alone(item)
+            except asyncio.CancelledError:
+                # The store is closing: what this batch has not committed never will be.
+                for _, fut in live:
+                    if not fut.done():
+                        fut.set_exception(self._closed_error())
+                raise
 
     async def _run_alone(self, item: tuple[Job[Any], asyncio.Future[Any]]) -> None:
         """Run one job in its own transaction, again if the database broke a deadlock or a

@@ -282,6 +282,7 @@ class SqliteStore(SqlStore):
         self._lock_fd = fd
 
     async def open(self) -> None:
+        self._closed = False
         # A directory made here is private; an existing one is the data root (restricted at
         # build time) or a place the operator chose for the database.
         try:

@@ -23,10 +23,13 @@ async def wait_all(live: Mapping[str, Driven]) -> None:
 
 
 async def cancel_all(live: Mapping[str, Driven]) -> None:
-    """Cancel every run in ``live`` and wait for each to unwind (its cleanup runs)."""
-    runs = [lv.runner for lv in list(live.values()) if lv.runner is not None]
-    for runner in runs:
-        runner.cancel()
-    for runner in runs:
-        with contextlib.suppress(BaseException):
-            await runner
+    """Cancel every run in ``live`` and wait for each to unwind (its cleanup runs), including
+    runs started while the others unwound."""
+    while runs := [lv.runner for lv in list(live.values()) if lv.runner is not None]:
+        for runner in runs:
+            runner.cancel()
+        for runner in runs:
+            with contextlib.suppress(BaseException):
+                await runner
+        if all(lv.runner in runs for lv in live.values()):
+            return  # what is left had already ended and is being removed

@@ -91,12 +91,18 @@ class TaskLoop:
         self.runtime_for = runtime_for
         self.toolbox_for = toolbox_for
         self.live: dict[str, LiveTask] = {}
+        # Set when the hub stops: a task whose row commits after that is not started here (its
+        # row says running, and recovery ends it as interrupted, as after any stop).
+        self.stopping = False
         # Test seams for race tests: awaited right before the runtime is called and right
         # between the runtime's return and the commit of its reply (Turn) -> Awaitable[None].
         self.before_call: Callable[[Turn], Awaitable[None]] | None = None
         self.before_commit: Callable[[Turn], Awaitable[None]] | None = None
 
     def launch(self, task: Task) -> None:
+        if self.stopping:
+            log.info("task %s committed while the hub stops: not started", task.id)
+            return
         live = LiveTask(task, ready_at=self.ctx.clock.monotonic())
         self.live[task.id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"parley-task-{task.id}")

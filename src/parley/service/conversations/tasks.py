@@ -294,4 +294,5 @@ class TaskRunner(TaskLoop):
                 live.cancel.set()
 
     async def stop(self) -> None:
+        self.stopping = True
         await runners.cancel_all(self.live)
