@@ -23,6 +23,9 @@ messages always give the same bytes.
 
 This module is pure: it turns messages into ``{relative_path: file_text}`` and files back into
 messages; the service reads and writes the store.
+
+Its length (over 600 lines) is the format's: writing and reading are kept side by side, key by
+key, because an exact round trip depends on the two agreeing.
 """
 
 from __future__ import annotations
