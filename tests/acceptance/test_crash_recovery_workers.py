@@ -25,7 +25,7 @@ from tests.acceptance.test_crash_recovery import client, messages, next_turn
 from tests.acceptance.test_mcp_remote_worker import stream_events, until_state
 
 AGENTS = ("lead", "helper", "planner", "scout")
-INTERRUPTED_NOTE = "[Discussion Interrupted]"
+INTERRUPTED_NOTE = "[Turn Interrupted]"
 SESSION_MAIL = "Target Python 3.11 only; the 3.10 branch is frozen."
 
 

@@ -310,6 +310,7 @@ def is_stale(worker: Worker, now: datetime, stale_after_s: float) -> bool:
 MAIL_OPEN = "<pending_mail>"
 MAIL_CLOSE = "</pending_mail>"
 MAIL_BODY_CHARS = 2000
+DISPATCH_HEAD = "# Task from "
 
 
 def dispatch_text(
@@ -322,7 +323,7 @@ def dispatch_text(
 ) -> str:
     """The first message of a child: its task as the parent wrote it, what it inherits (as
     :func:`inherited_context` renders it) and how to finish."""
-    parts = [f"# Task from {q.label(parent_name)} ({purpose})", q.quote(prompt.strip())]
+    parts = [f"{DISPATCH_HEAD}{q.label(parent_name)} ({purpose})", q.quote(prompt.strip())]
     if inherited_context.strip():
         parts += [
             "## Inherited context",
@@ -369,10 +370,15 @@ def inherited_context(messages: Sequence[tuple[str, str]], limit: int) -> str:
 
 
 def task_line(last_trigger: str) -> str:
-    """What a worker was working on, for its envelopes: the first line of its latest trigger
-    after any pending-mail block, as a quoted string (``"your last task"`` when there is none)."""
+    """What a worker was working on, for its envelopes: the first line of its task's message
+    after any pending-mail block (of a task-dispatch, the first line of its prompt), as a quoted
+    string (``"your last task"`` when there is none)."""
     text = after_mail_block(last_trigger).strip()
-    first = text.splitlines()[0] if text else ""
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    if first.startswith(DISPATCH_HEAD) and len(lines) > 2:
+        # A task-dispatch: its first line names the parent; the task is the quoted prompt.
+        first = lines[2].removeprefix(q.QUOTE_MARK).strip()
     return q.inline(first, limit=200) if first.strip() else "your last task"
 
 
@@ -422,6 +428,33 @@ def resume_text(*, last_trigger: str, reason: str, orphaned: bool, note: str) ->
     if note.strip():
         text += f"\n\n<resume_note>\n{q.quote(note.strip())}\n</resume_note>"
     return text
+
+
+def turn_interrupted(reason: str) -> str:
+    """The hub's note in a worker's channel when a turn there was cut (the hub stopped or
+    died): a worker channel holds a worker's turns, not a discussion."""
+    return (
+        "[Turn Interrupted]\n\n"
+        f"This worker's turn was stopped: {reason}.\n"
+        "Messages already posted are kept. The worker waits to be resumed or taken over."
+    )
+
+
+# The metadata keys of the triggers the hub posts about a worker's work rather than as its work:
+# a resume, a takeover envelope, a child's result, a pending-mail block. What a worker is working
+# on is the newest trigger without one of them (its task-dispatch, start prompt, or a post).
+HUB_TRIGGER_KEYS = frozenset(
+    {"resume_by", "takeover_message_id", "child_worker_id", "pending_mail"}
+)
+
+
+def is_task_message(sender_kind: str, metadata: dict[str, Any]) -> bool:
+    """Whether a message of a worker's channel states the worker's work: a person's or
+    another agent's post, or the hub's post of its task (start prompt, task-dispatch); not the
+    hub's notes and envelopes about that work."""
+    if sender_kind != "system":
+        return True
+    return "worker_id" in metadata and not HUB_TRIGGER_KEYS & metadata.keys()
 
 
 def result_text(child_name: str, result: WorkerResult) -> str:

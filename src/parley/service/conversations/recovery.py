@@ -9,7 +9,8 @@ tries to commit is refused at the commit point (C10), and the old driver's own e
 A task that had already been told to stop (superseded, cancelled, its channel closed or deleted)
 ends the way it was told to, not as ``interrupted``: the crash only kept it from writing its
 own end. A task that was really cut off ends ``interrupted``, and its channel gets one note,
-however many of its tasks the crash cut off. Nothing committed is touched.
+however many of its tasks the crash cut off (worded for a worker in a worker's channel).
+Nothing committed is touched.
 
 The task's old driver, if it is only paused, never writes the task's end (it finds the task
 ended), so whatever hangs on that end happens in the takeover's transaction instead
@@ -20,6 +21,7 @@ reason, and can be resumed at once.
 from __future__ import annotations
 
 from parley.core import discussion as d
+from parley.core import workers as wk
 from parley.core.channels import Channel, EndReason, Task
 from parley.core.ports import Tx
 from parley.service.context import ServiceContext
@@ -94,9 +96,13 @@ async def recover(
             await _withdraw_turns(tx, task.id)
             if end == "interrupted" and status == "active" and task.channel_id not in noted:
                 noted.add(task.channel_id)
-                await transcripts.post_as_system(
-                    tx, task.channel_id, d.interrupted("the hub driving it stopped")
+                reason = "the hub driving it stopped"
+                note = (
+                    wk.turn_interrupted(reason)
+                    if channel is not None and channel.kind == "work"
+                    else d.interrupted(reason)
                 )
+                await transcripts.post_as_system(tx, task.channel_id, note)
             ctx.events.record(
                 tx,
                 "task.interrupted" if end == "interrupted" else "task.finished",

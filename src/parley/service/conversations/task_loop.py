@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from parley.core import discussion as d
+from parley.core import workers as wk
 from parley.core.channels import (
     TRANSCRIPT_WINDOW,
     Channel,
@@ -514,9 +515,11 @@ class TaskLoop:
             )
             if end == "interrupted" and channel is not None and channel.status == "active":
                 # Say so where people look: the channel, not only the task record (Q4).
-                await self.transcripts.post_as_system(
-                    tx, task.channel_id, d.interrupted("the hub stopped while it ran")
+                reason = "the hub stopped while it ran"
+                note = (
+                    wk.turn_interrupted(reason) if channel.kind == "work" else d.interrupted(reason)
                 )
+                await self.transcripts.post_as_system(tx, task.channel_id, note)
             reminder = d.reminder_after(end, task.rounds) if task.mode == "discussion" else None
             if reminder is not None and channel is not None and channel.status == "active":
                 # The discussion stays open: remind the initiator how to finish (C6).

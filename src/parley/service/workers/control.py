@@ -17,6 +17,7 @@ from parley.core.channels import ChannelMessage
 from parley.core.errors import Conflict, InvalidRequest
 from parley.core.identity import Principal
 from parley.core.limits import check_length, check_text
+from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Worker, WorkerResult
 from parley.service.workers import results as worker_results
@@ -77,6 +78,9 @@ async def takeover(
                 f"({worker.pending_takeover_message_id!r}); wait until its turn ends",
                 code="takeover_pending",
             )
+        # A takeover a hub crash cut (held, waiting for a resume) is replaced by this one: the
+        # newest instruction is the one the worker follows.
+        replaced = await _consume_held(workers, tx, worker)
         message = await workers.mail.deliver_system(
             tx,
             worker.agent_id,
@@ -100,6 +104,7 @@ async def takeover(
                 "interrupt_first": interrupt_first,
                 "timeout_s": timeout_s,
                 "task_id": worker.task_id,
+                "replaces": [m.id for m in replaced],
             },
             trace_id=worker.trace_id,
             span_id=worker.span_id,
@@ -129,12 +134,15 @@ async def takeover(
                 code="worker_finished",
                 state=current.state,
             )
-        last = await _last_trigger(tx, current)
+        if current.pending_takeover_message_id is None:
+            # A lease sweep held it while this hub waited (it was paused): it is delivered now.
+            await tx.update("workers", current.id, pending_takeover_message_id=message_id)
+            current = current.model_copy(update={"pending_takeover_message_id": message_id})
         envelope = wk.takeover_envelope(
             by=caller.display_name,
             instruction=instruction,
             interrupted=interrupted or current.state == "interrupted",
-            working_on=last,
+            working_on=await working_on(tx, current),
         )
         # The takeover mail is the envelope's own text: delivered by it, not as a block.
         await tx.mark_delivered([message_id], workers.ctx.clock.now())
@@ -165,17 +173,88 @@ async def wait_turn(workers: WorkerRecords, task_id: str, timeout_s: float | Non
     return bool(done)
 
 
-async def _last_trigger(tx: Tx, worker: Worker) -> str:
-    """The text of the worker's channel's latest trigger: what it was working on."""
+async def working_on(tx: Tx, worker: Worker) -> str:
+    """What the worker works on: the text of the newest message of its channel that states its
+    work (a person's post, its start prompt or task-dispatch), not the hub's notes and envelopes
+    about it (an interruption note, a resume, a takeover, a pending-mail block). Its envelopes
+    name it (:func:`~parley.core.workers.task_line`)."""
     c = tx.table("channel_messages").c
-    rows: list[ChannelMessage] = await tx.select(
-        "channel_messages",
-        c.channel_id == worker.channel_id,
-        c.sender_kind != "agent",
-        order_by=[c.seq.desc()],
-        limit=1,
+    before: list[Any] = []
+    while True:
+        rows: list[ChannelMessage] = await tx.select(
+            "channel_messages",
+            c.channel_id == worker.channel_id,
+            c.sender_id != worker.agent_id,
+            *before,
+            order_by=[c.seq.desc()],
+            limit=50,
+        )
+        for row in rows:
+            if wk.is_task_message(row.sender_kind, row.metadata):
+                return row.content
+        if len(rows) < 50:
+            return ""
+        before = [c.seq < rows[-1].seq]
+
+
+async def _held_takeovers(tx: Tx, worker: Worker) -> list[Message]:
+    """The worker's takeovers a hub crash cut and recovery held (their mail is pending again,
+    and no takeover is in progress for it), oldest first."""
+    m = tx.table("messages").c
+    rows: list[Message] = await tx.select(
+        "messages",
+        m.to_kind == "session",
+        m.to_id == worker.session_id,
+        m.kind == "takeover",
+        m.status == "pending",
+        order_by=[m.seq],
     )
-    return rows[0].content if rows else ""
+    return [r for r in rows if r.id != worker.pending_takeover_message_id]
+
+
+async def _consume_held(workers: WorkerRecords, tx: Tx, worker: Worker) -> list[Message]:
+    """Mark the worker's held takeovers consumed (a newer takeover replaces them); them."""
+    held = await _held_takeovers(tx, worker)
+    await _consume(workers, tx, held)
+    return held
+
+
+async def _consume(workers: WorkerRecords, tx: Tx, messages: list[Message]) -> None:
+    now = workers.ctx.clock.now()
+    for message in messages:
+        await tx.update(
+            "messages", message.id, status="read", delivered_at=now, read_at=now, consumed_at=now
+        )
+
+
+async def _name_of(workers: WorkerRecords, tx: Tx, principal_id: str) -> str:
+    found = await workers.identity.get(principal_id, tx)
+    return found.display_name if found is not None else principal_id
+
+
+async def hold_takeover(workers: WorkerRecords, tx: Tx, worker: Worker, why: str) -> Worker:
+    """A hub crash cut the takeover in progress (before its envelope was posted, or during the
+    envelope's turn): no turn will consume it, so it is held, not lost. The worker's mark is
+    cleared (a new takeover is accepted, and the worker can go stale), and its mail is pending
+    again: the next resume re-delivers it as a takeover envelope, or a new takeover replaces
+    it."""
+    message_id = worker.pending_takeover_message_id
+    assert message_id is not None
+    now = workers.ctx.clock.now()
+    await tx.update("messages", message_id, status="pending", delivered_at=None)
+    await tx.update("workers", worker.id, pending_takeover_message_id=None, updated=now)
+    worker = worker.model_copy(update={"pending_takeover_message_id": None, "updated": now})
+    workers.ctx.events.record(
+        tx,
+        "system.takeover_held",
+        actor="system",
+        subject=f"worker:{worker.id}",
+        payload={"message_id": message_id, "task_id": worker.task_id, "reason": why},
+        trace_id=worker.trace_id,
+        span_id=worker.span_id,
+        parent_span_id=worker.parent_span_id,
+    )
+    return worker
 
 
 async def consume_takeover(workers: WorkerRecords, tx: Tx, worker: Worker, end: str) -> Worker:
@@ -311,12 +390,38 @@ async def resume(
                 code="worker_not_resumable",
                 state=worker.state,
             )
+        task_text = await working_on(tx, worker)
         text = wk.resume_text(
-            last_trigger=await _last_trigger(tx, worker),
+            last_trigger=task_text,
             reason=worker.end_reason or "stopped",
             orphaned=worker.cancel_propagated_from is not None,
             note=note,
         )
+        metadata: dict[str, Any] = {"resume_by": caller.id}
+        held = await _held_takeovers(tx, worker)
+        if held:
+            # A takeover a crash cut goes in as a takeover, not as mail: the newest one (an
+            # older one it replaced is consumed with it); this turn consumes it when it ends.
+            *older, newest = held
+            await _consume(workers, tx, older)
+            text += "\n\n" + wk.takeover_envelope(
+                by=await _name_of(workers, tx, newest.from_id),
+                instruction=str(newest.payload.get("instruction") or newest.body),
+                interrupted=True,
+                working_on=task_text,
+            )
+            await tx.mark_delivered([newest.id], workers.ctx.clock.now())
+            await tx.update("workers", worker.id, pending_takeover_message_id=newest.id)
+            worker = worker.model_copy(update={"pending_takeover_message_id": newest.id})
+            metadata["takeover_message_id"] = newest.id
+            workers.ctx.events.record(
+                tx,
+                "system.takeover_redelivered",
+                actor=caller.id,
+                subject=f"worker:{worker.id}",
+                payload={"message_id": newest.id, "replaced": [m.id for m in older]},
+                trace_id=worker.trace_id,
+            )
         workers.ctx.events.record(
             tx,
             "worker.resume_requested",
@@ -325,7 +430,7 @@ async def resume(
             payload={"state": worker.state},
             trace_id=worker.trace_id,
         )
-        task = await workers.trigger(tx, worker, text, metadata={"resume_by": caller.id})
+        task = await workers.trigger(tx, worker, text, metadata=metadata)
         if task is None:
             raise Conflict(
                 f"worker {worker.id!r}'s agent has no runtime to resume it with",
@@ -479,8 +584,11 @@ async def recover(workers: WorkerRecords, *, at_start: bool = True) -> list[Work
         changed: dict[str, Worker] = {}
         for row in rows:
             if await cut_off(row):
+                reason = "the hub stopped while it ran"
+                if row.pending_takeover_message_id is not None:
+                    row = await hold_takeover(workers, tx, row, reason)
                 changed[row.id] = await workers.move(
-                    tx, row, "interrupted", actor="system", reason="the hub stopped while it ran"
+                    tx, row, "interrupted", actor="system", reason=reason
                 )
         if at_start:
             await _flag_orphans(workers, tx, rows, changed)

@@ -260,6 +260,8 @@ class WorkerRecords:
             m.to_kind == "session",
             m.to_id == session_id,
             m.status == "pending",
+            # A takeover is delivered as a takeover envelope, never as information in the block.
+            m.kind != "takeover",
             order_by=[m.seq],
             limit=50,
         )

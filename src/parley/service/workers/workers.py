@@ -124,7 +124,11 @@ class Workers(WorkerRecords):
             return  # superseded by a newer turn, or ended meanwhile (cancel, report_result)
         end = task.end_reason or "failed"
         now = self.ctx.clock.now()
-        if worker.pending_takeover_message_id is not None:
+        if worker.pending_takeover_message_id is not None and why is not None:
+            # Its hub died (or stopped renewing) mid-takeover: no turn of that hub will deliver
+            # or finish the takeover, so it is held for the resume to re-deliver.
+            worker = await worker_control.hold_takeover(self, tx, worker, why)
+        elif worker.pending_takeover_message_id is not None:
             # Only the turn the envelope started consumes the takeover: the interrupted turn may
             # still have ended with a reply of its own before the cancel reached it.
             trigger: ChannelMessage | None = await tx.get("channel_messages", task.trigger_id)
