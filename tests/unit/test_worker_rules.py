@@ -319,3 +319,26 @@ def test_the_cli_nests_and_draws_a_tree_deeper_than_pythons_stack() -> None:
     # A root that has a parent (hidden, or below the nesting bound) says where it belongs.
     [shown] = worker_tree([{**rows[5], "children": []}], title="t").children
     assert f"under {rows[4]['id']}" in str(shown.label)
+
+
+def test_a_task_dispatch_is_named_by_its_prompt_not_its_heading() -> None:
+    dispatch = wk.dispatch_text(
+        parent_name="lead",
+        prompt="Port the parser\nto the new grammar",
+        purpose="task-dispatch",
+        inherited_context="",
+        expected_artifacts=(),
+    )
+    assert wk.task_line(dispatch) == '"Port the parser"'
+    resumed = wk.resume_text(last_trigger=dispatch, reason="x", orphaned=False, note="")
+    assert resumed.startswith('[RESUME] Your work on: "Port the parser"\n')
+
+
+def test_a_worker_channel_note_and_envelopes_are_not_taken_for_its_task() -> None:
+    note = wk.turn_interrupted("the hub stopped while it ran")
+    assert note.startswith("[Turn Interrupted]") and "discussion" not in note.lower()
+    assert not wk.is_task_message("system", {})
+    assert not wk.is_task_message("system", {"worker_id": "w", "resume_by": "op"})
+    assert not wk.is_task_message("system", {"worker_id": "w", "takeover_message_id": "m"})
+    assert wk.is_task_message("system", {"worker_id": "w", "dispatch_message_id": "m"})
+    assert wk.is_task_message("human", {})
