@@ -23,7 +23,12 @@ from parley.surfaces.web.render import attempt, fragment, page
 
 router = APIRouter()
 
-TAKEOVER_EVENTS = ("system.takeover_initiated", "system.takeover_consumed")
+TAKEOVER_EVENTS = (
+    "system.takeover_initiated",
+    "system.takeover_held",
+    "system.takeover_redelivered",
+    "system.takeover_consumed",
+)
 
 
 async def _detail(hub: Hub, viewer: Principal, worker_id: str) -> dict[str, Any]:
