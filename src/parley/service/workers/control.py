@@ -198,15 +198,17 @@ async def working_on(tx: Tx, worker: Worker) -> str:
 
 
 async def _held_takeovers(tx: Tx, worker: Worker) -> list[Message]:
-    """The worker's takeovers a hub crash cut and recovery held (their mail is pending again,
-    and no takeover is in progress for it), oldest first."""
+    """The worker's takeovers a hub crash cut and recovery held, oldest first: its takeover
+    mail that no turn consumed (a takeover's own turn, or a newer takeover, consumes it), other
+    than the one in progress."""
     m = tx.table("messages").c
     rows: list[Message] = await tx.select(
         "messages",
         m.to_kind == "session",
         m.to_id == worker.session_id,
         m.kind == "takeover",
-        m.status == "pending",
+        m.status.in_(["pending", "delivered"]),
+        m.consumed_at.is_(None),
         order_by=[m.seq],
     )
     return [r for r in rows if r.id != worker.pending_takeover_message_id]
@@ -235,13 +237,12 @@ async def _name_of(workers: WorkerRecords, tx: Tx, principal_id: str) -> str:
 async def hold_takeover(workers: WorkerRecords, tx: Tx, worker: Worker, why: str) -> Worker:
     """A hub crash cut the takeover in progress (before its envelope was posted, or during the
     envelope's turn): no turn will consume it, so it is held, not lost. The worker's mark is
-    cleared (a new takeover is accepted, and the worker can go stale), and its mail is pending
-    again: the next resume re-delivers it as a takeover envelope, or a new takeover replaces
-    it."""
+    cleared (a new takeover is accepted, and the worker can go stale); its mail stays
+    unconsumed, and so held: the next resume re-delivers it as a takeover envelope, or a new
+    takeover replaces it."""
     message_id = worker.pending_takeover_message_id
     assert message_id is not None
     now = workers.ctx.clock.now()
-    await tx.update("messages", message_id, status="pending", delivered_at=None)
     await tx.update("workers", worker.id, pending_takeover_message_id=None, updated=now)
     worker = worker.model_copy(update={"pending_takeover_message_id": None, "updated": now})
     workers.ctx.events.record(
@@ -376,8 +377,9 @@ async def _stop_turns(workers: WorkerRecords, task_ids: Sequence[str], *, force:
 async def resume(
     workers: WorkerRecords, caller: Principal, worker_id: str, note: str = ""
 ) -> Worker:
-    """Resume an interrupted (or stale) worker: a new turn that says it was interrupted, with
-    the session's pending mail in front (M5)."""
+    """Resume an interrupted (or stale) worker: a new turn that says it was interrupted and
+    names its task, with the session's pending mail in front (M5), and a takeover a hub crash
+    cut (held) after it, as a takeover envelope that this turn consumes."""
     check_text(note, "note")
 
     async def job(tx: Tx) -> Worker:
