@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
@@ -25,6 +26,7 @@ def make_turn(
     runtime: dict[str, Any] | None = None,
     runtime_state: dict[str, Any] | None = None,
     workspace: str | None = None,
+    state_sink: Callable[[dict[str, Any]], None] | None = None,
 ) -> Turn:
     return Turn(
         invocation_id=f"inv-{agent_id}-{round}",
@@ -42,4 +44,5 @@ def make_turn(
         cancel=cancel or asyncio.Event(),
         round=round,
         runtime_state=runtime_state or {},
+        state_sink=state_sink,
     )
