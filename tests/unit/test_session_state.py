@@ -30,6 +30,13 @@ class Store:
         self.writes.append(state)
 
 
+async def settled(keeper: StateKeeper, final: dict[str, Any] | None = None) -> None:
+    """Settle ``keeper`` and wait until what it was told is stored."""
+    pending = keeper.settle(final)
+    if pending is not None:
+        await pending
+
+
 async def test_a_reported_state_is_written_before_the_turn_ends_and_once() -> None:
     store = Store()
     keeper = StateKeeper({}, store.save)
@@ -38,7 +45,7 @@ async def test_a_reported_state_is_written_before_the_turn_ends_and_once() -> No
     # Written in the background, before anything settles the turn.
     assert await store.started.get() == {"thread": "t1"}
     assert store.writes == [{"thread": "t1"}]
-    await keeper.settle({"thread": "t1"})  # the result says the same: nothing more to write
+    await settled(keeper, {"thread": "t1"})  # the result says the same: nothing more to write
     assert store.writes == [{"thread": "t1"}]
 
 
@@ -46,7 +53,7 @@ async def test_the_value_stored_already_is_not_written_again() -> None:
     store = Store()
     keeper = StateKeeper({"session": "s1"}, store.save)
     keeper.report({"session": "s1"})
-    await keeper.settle({"session": "s1"})
+    assert keeper.settle({"session": "s1"}) is None  # nothing to write, nothing to wait for
     assert store.writes == []
 
 
@@ -58,13 +65,13 @@ async def test_values_reported_during_a_write_are_written_in_order_and_the_resul
     assert await store.started.get() == {"session": "old"}  # waiting on the gate
     keeper.report({"session": "stale"})
     keeper.report({"session": "fresh"})
-    settled = asyncio.ensure_future(keeper.settle({"session": "new"}))
+    ending = asyncio.ensure_future(settled(keeper, {"session": "new"}))
     store.gate.set()
-    await settled
+    await ending
     # "old" was on its way; what came while it was written collapses to the latest value.
     assert store.writes == [{"session": "old"}, {"session": "new"}]
     keeper.report({"session": "late"})  # after the turn's end: not kept
-    await keeper.settle()
+    await settled(keeper)
     assert store.writes[-1] == {"session": "new"}
 
 
@@ -73,7 +80,7 @@ async def test_a_failed_background_write_is_retried_when_the_turn_settles() -> N
     store.failures = 1
     keeper = StateKeeper({}, store.save)
     keeper.report({"thread": "t1"})
-    await keeper.settle()
+    await settled(keeper)
     assert store.writes == [{"thread": "t1"}]
 
 
@@ -83,4 +90,4 @@ async def test_a_write_that_fails_at_the_end_fails_the_turn() -> None:
     keeper = StateKeeper({}, store.save)
     keeper.report({"thread": "t1"})
     with pytest.raises(OSError):
-        await keeper.settle()
+        await settled(keeper)

@@ -43,13 +43,21 @@ class StateKeeper:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    async def settle(self, final: dict[str, Any] | None = None) -> None:
-        """Report the turn's last word (``final``, the result's state, if any) and return once
-        everything reported is stored. A background write that failed is retried here, and a
-        failure here raises, as any write of the turn does."""
+    def settle(self, final: dict[str, Any] | None = None) -> Awaitable[None] | None:
+        """Report the turn's last word (``final``, the result's state, if any) and take no
+        more reports. Returns what to await until everything reported is stored — shielded, so
+        a cancel of the turn does not cut the write — or None when it is stored already (most
+        turns: nothing to write, nothing to wait for). A background write that failed is
+        retried then, and a failure there raises, as any write of the turn does."""
         if final is not None:
             self.report(final)
         self._settled = True
+        idle = self._writer is None or self._writer.done()
+        if idle and self._wanted == self._stored:
+            return None
+        return asyncio.shield(self._flush())
+
+    async def _flush(self) -> None:
         if self._writer is not None:
             await self._writer
         if self._wanted != self._stored:
@@ -60,7 +68,7 @@ class StateKeeper:
             while self._wanted != self._stored:
                 await self._store(self._wanted)
         except Exception:
-            # The turn goes on; settle() tries again with the latest state before it ends.
+            # The turn goes on; settle() tries again with the latest state when it ends.
             log.warning("could not keep the runtime's session id yet", exc_info=True)
 
     async def _store(self, state: dict[str, Any]) -> None:

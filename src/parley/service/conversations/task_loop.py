@@ -304,8 +304,9 @@ class TaskLoop:
                 # What the runtime reported is stored however the turn ended (a takeover, a
                 # cancel, the hub stopping), before the next turn can read it; the result's
                 # state has the last word.
-                final = result.runtime_state if result is not None else None
-                await asyncio.shield(state.settle(final))
+                stored = state.settle(result.runtime_state if result is not None else None)
+                if stored is not None:
+                    await stored
             if self.before_commit is not None:
                 await self.before_commit(turn)
         except RuntimeFailure as failure:
