@@ -12,6 +12,7 @@ retries, then ``turn.completed`` with ``usage`` or ``turn.failed``. The mode is
 - ``offline``: "Reconnecting... waiting for network" errors, then it waits until stopped, as
   Codex does without a connection.
 - ``hang``: report, then wait until stopped.
+- ``hang-new``: like ``hang`` in a new thread; a resumed thread replies.
 
 With ``$FAKE_CODEX_HOME`` threads are files there and ``resume`` of an unknown id fails as Codex
 does (stderr "no rollout found", exit 1, no events); without it every id is known.
@@ -151,6 +152,8 @@ def main() -> int:
                     "(Connection failed: error sending request)",
                 }
             )
+    if mode == "hang-new":
+        mode = "reply" if resume else "hang"
     if mode in ("offline", "hang"):
         while True:
             signal.pause()

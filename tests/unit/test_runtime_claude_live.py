@@ -19,7 +19,7 @@ from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Turn
 from tests.fakes.processes import is_gone, wait_gone
 from tests.fakes.ready import ReadyListener
-from tests.fakes.turns import PROMPT, make_turn
+from tests.fakes.turns import PROMPT, Reports, make_turn
 
 FAKE_CLAUDE = str(Path(__file__).resolve().parent.parent / "fakes" / "fake_claude.py")
 HEARD = f"heard: {PROMPT.render().strip().splitlines()[-1]}"
@@ -137,6 +137,29 @@ async def test_a_cancelled_turn_is_interrupted_and_the_session_goes_on(
     result = await call
     assert result.text == HEARD
     assert result.runtime_state == state
+
+
+async def test_the_session_is_reported_at_init_of_each_turn_before_its_result(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("slow")
+    reports = Reports()
+    call = asyncio.ensure_future(runtime.respond(make_turn(state_sink=reports.sink)))
+    _, _, session = await reported_turn(ready, call)
+    assert await reports.next(call) == {CLAUDE_SESSION_KEY: session}
+    assert not call.done()
+    await ready.tell("go")
+    assert (await call).runtime_state == {CLAUDE_SESSION_KEY: session}
+    assert reports.rest() == []
+    # The next turn in the same process reports it again (the keeper writes new values only).
+    state = {CLAUDE_SESSION_KEY: session}
+    call = asyncio.ensure_future(
+        runtime.respond(turn(n=2, runtime_state=state, state_sink=reports.sink))
+    )
+    await reported_turn(ready, call)
+    assert await reports.next(call) == state
+    await ready.tell("go")
+    await call
 
 
 async def test_a_timeout_kills_the_group_and_the_next_turn_resumes(

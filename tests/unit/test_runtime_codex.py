@@ -20,7 +20,7 @@ from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Turn
 from tests.fakes.processes import wait_gone
 from tests.fakes.ready import ReadyListener
-from tests.fakes.turns import PROMPT, make_turn
+from tests.fakes.turns import PROMPT, Reports, make_turn
 
 FAKE_CODEX = Path(__file__).resolve().parent.parent / "fakes" / "fake_codex.py"
 HEARD = f"heard: {PROMPT.render().strip().splitlines()[-1]}"
@@ -190,3 +190,28 @@ async def test_cancel_stops_the_group_and_the_next_turn_resumes_the_thread(
     call = asyncio.ensure_future(runtime.respond(turn(3, runtime_state=first.runtime_state)))
     assert (await next_report(ready, call))[2:] == [thread, "resumed"]
     assert (await call).runtime_state == {CODEX_THREAD_KEY: thread}
+
+
+async def test_the_thread_is_reported_when_codex_starts_it_and_a_cut_turn_is_resumed(
+    codex: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = codex()
+    cancel = asyncio.Event()
+    reports = Reports()
+    call = asyncio.ensure_future(
+        runtime.respond(turn(mode="hang", cancel=cancel, state_sink=reports.sink))
+    )
+    assert (await next_report(ready, call))[0] == "login"
+    _, pid, thread, how = await next_report(ready, call)
+    assert how == "new"
+    # thread.started is out, turn.completed never comes: the id is the caller's already.
+    state = await reports.next(call)
+    assert state == {CODEX_THREAD_KEY: thread}
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    await wait_gone(int(pid))
+    call = asyncio.ensure_future(runtime.respond(turn(2, runtime_state=state)))
+    assert (await next_report(ready, call))[2:] == [thread, "resumed"]
+    assert (await call).runtime_state == state

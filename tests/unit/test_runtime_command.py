@@ -20,7 +20,7 @@ from parley.core.errors import ConfigError, InvalidRequest, RuntimeFailure
 from parley.core.runtime import Usage
 from tests.fakes.processes import wait_gone
 from tests.fakes.ready import ReadyListener
-from tests.fakes.turns import PROMPT, make_turn
+from tests.fakes.turns import PROMPT, Reports, make_turn
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 AGENT = [sys.executable, str(FAKES / "agent_command.py")]
@@ -193,6 +193,24 @@ async def test_claude_cancel_sends_an_interrupt_first(ready: ReadyListener) -> N
     assert await ready.next_line() == f"interrupted parley-{turn.invocation_id}"
     # One process per turn: it is gone with its turn.
     await wait_gone(pid)
+
+
+async def test_claude_one_shot_reports_its_session_at_init_before_the_result(
+    ready: ReadyListener,
+) -> None:
+    runtime = one_shot_claude("slow", env={"FAKE_READY_PORT": str(ready.port)})
+    cancel = asyncio.Event()
+    reports = Reports()
+    call = asyncio.create_task(runtime.respond(make_turn(cancel=cancel, state_sink=reports.sink)))
+    session = (await ready.next_line(unless=call)).split()[3]
+    # Mid-turn, no result yet: the init event's session id is already with the caller.
+    assert await reports.next(call) == {CLAUDE_SESSION_KEY: session}
+    assert not call.done()
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    assert reports.rest() == []  # once, though every event names the session
 
 
 def test_real_claude_and_codex_are_blocked_in_tests() -> None:

@@ -8,6 +8,7 @@ usage, the model route actually used and timings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
@@ -162,6 +163,17 @@ class Turn:
     # The hub's tools, for runtimes that call a model with function calling (openai,
     # anthropic); None when the agent is offered none.
     tools: ToolBox | None = None
+    # Where ``report_state`` goes; None when the caller keeps no runtime state.
+    state_sink: Callable[[dict[str, Any]], None] | None = None
+
+    def report_state(self, state: dict[str, Any]) -> None:
+        """Hand the hub new runtime state as soon as the runtime learns it, before the turn
+        ends (a CLI prints its session or thread id first): a turn cut by a takeover, a cancel
+        or the hub stopping still leaves it for the next turn to resume. ``state`` is the whole
+        state, as ``TurnResult.runtime_state`` would carry it; the result's state, if any,
+        still has the last word. Never blocks: the hub writes it in the background."""
+        if self.state_sink is not None:
+            self.state_sink(state)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from parley.adapters.runtimes.child import ChildProcess, json_event, json_events
@@ -85,6 +85,16 @@ def claude_interrupt_frame(request_id: str) -> bytes:
         "request": {"subtype": "interrupt"},
     }
     return (json.dumps(frame) + "\n").encode()
+
+
+def claude_state(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime state an event names: the ``system``/``init`` event that opens every turn
+    carries the session id, kept for ``--resume`` before the turn's result arrives."""
+    if event.get("type") == "system" and event.get("subtype") == "init":
+        session_id = event.get("session_id")
+        if isinstance(session_id, str) and session_id:
+            return {CLAUDE_SESSION_KEY: session_id}
+    return None
 
 
 def parse_claude_stream(lines: Iterable[str | bytes]) -> ProviderReply:
@@ -175,6 +185,7 @@ class LiveClaude:
         self._events: list[dict[str, Any]] = []
         self._result: asyncio.Future[None] | None = None
         self._in_turn = False
+        self._report: Callable[[dict[str, Any]], None] | None = None
 
     @classmethod
     async def start(
@@ -202,14 +213,28 @@ class LiveClaude:
         """Whether the next turn may be sent to this process: it runs and no turn is open."""
         return self.child.returncode is None and not self._in_turn
 
-    async def turn(self, text: str, cancel: CancelSignal, request_id: str) -> ProviderReply:
-        """Send one user message and wait for its ``result``, or interrupt it on ``cancel``.
+    async def turn(
+        self,
+        text: str,
+        cancel: CancelSignal,
+        request_id: str,
+        report: Callable[[dict[str, Any]], None] | None = None,
+    ) -> ProviderReply:
+        """Send one user message and wait for its ``result``, or interrupt it on ``cancel``;
+        ``report`` gets the session id as soon as the turn's ``init`` event names it.
 
         Raises :class:`RuntimeFailure`: the result's error, reason ``error`` when the process
         exits first, reason ``cancelled`` (with ``interrupt_ms``, the time Claude Code took to
         stop the turn) when cancelled. A turn left open (the process did not answer the
         interrupt, or the caller was cancelled) makes the process not :attr:`reusable`.
         """
+        self._report = report
+        try:
+            return await self._turn(text, cancel, request_id)
+        finally:
+            self._report = None
+
+    async def _turn(self, text: str, cancel: CancelSignal, request_id: str) -> ProviderReply:
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._result = result
         self._in_turn = True
@@ -285,6 +310,9 @@ class LiveClaude:
             return
         self.session_id = event.get("session_id") or self.session_id
         self._events.append(event)
+        state = claude_state(event)
+        if state is not None and self._report is not None:
+            self._report(state)
         result = self._result
         if event.get("type") == "result" and result is not None and not result.done():
             result.set_result(None)

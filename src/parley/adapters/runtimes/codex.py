@@ -55,6 +55,16 @@ def codex_argv(
     return argv
 
 
+def codex_state(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The runtime state an event names: ``thread.started`` (or ``thread.resumed``), the first
+    event of a turn, carries the thread id, kept for ``resume`` before the turn completes."""
+    if event.get("type") in ("thread.started", "thread.resumed"):
+        thread_id = event.get("thread_id")
+        if isinstance(thread_id, str) and thread_id:
+            return {CODEX_THREAD_KEY: thread_id}
+    return None
+
+
 def parse_codex_stream(lines: Iterable[str | bytes]) -> ProviderReply:
     """The reply in ``codex exec --json`` output (see :func:`codex_reply`)."""
     return codex_reply(json_events(lines))
@@ -73,8 +83,9 @@ def codex_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
     errors: list[str] = []
     for event in events:
         kind = event.get("type")
-        if kind in ("thread.started", "thread.resumed"):
-            thread_id = event.get("thread_id") or thread_id
+        state = codex_state(event)
+        if state is not None:
+            thread_id = state[CODEX_THREAD_KEY]
         elif kind == "item.completed":
             item = event.get("item") or {}
             if item.get("type") == "agent_message":

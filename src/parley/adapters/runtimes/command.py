@@ -33,10 +33,11 @@ from parley.adapters.runtimes.claude_code import (
     claude_code_argv,
     claude_interrupt_frame,
     claude_reply,
+    claude_state,
     claude_user_frame,
     is_stale_session,
 )
-from parley.adapters.runtimes.codex import CODEX_THREAD_KEY, codex_argv, codex_reply
+from parley.adapters.runtimes.codex import CODEX_THREAD_KEY, codex_argv, codex_reply, codex_state
 from parley.adapters.runtimes.endpoint import parse_config
 from parley.adapters.runtimes.live_sessions import ClaudeSessions
 from parley.adapters.runtimes.race import ProviderReply, race_turn
@@ -232,14 +233,18 @@ class CommandRuntime:
         watch = codex.NetworkWatch(self.config.max_network_waits)
         result_seen = asyncio.Event()
         # The JSON protocols' events, each line read once as it arrives (the text protocol
-        # keeps the whole stdout instead).
+        # keeps the whole stdout instead); the session or thread id is reported at once.
         events: list[dict[str, Any]] = []
+        state_of = claude_state if claude else codex_state
 
         def on_line(line: bytes) -> None:
             event = json_event(line)
             if event is None:
                 return
             events.append(event)
+            state = state_of(event)
+            if state is not None:
+                turn.report_state(state)
             if claude:
                 if event.get("type") == "result":
                     result_seen.set()

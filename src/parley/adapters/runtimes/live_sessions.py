@@ -122,7 +122,7 @@ class ClaudeSessions:
         request_id = f"parley-{turn.invocation_id}"
         text = turn.prompt.render()
         try:
-            return await live.turn(text, turn.cancel, request_id)
+            return await live.turn(text, turn.cancel, request_id, turn.report_state)
         except RuntimeFailure as exc:
             if live.resumed_from is None or not is_stale_session(exc):
                 raise
@@ -135,7 +135,7 @@ class ClaudeSessions:
             doomed.append(live)
             fresh = await self._start(turn, None)
             self._live[turn.session_id] = fresh
-            return await fresh.turn(text, turn.cancel, request_id)
+            return await fresh.turn(text, turn.cancel, request_id, turn.report_state)
 
         return await start_afresh(self._route, stale, afresh)
 

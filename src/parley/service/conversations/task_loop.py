@@ -43,6 +43,7 @@ from parley.core.runtime import (
     TurnResult,
 )
 from parley.service.context import ServiceContext
+from parley.service.conversations.session_state import StateKeeper
 from parley.service.conversations.task_hooks import TaskHooks
 from parley.service.conversations.transcripts import Transcripts, channel_topic, check_content
 from parley.service.identity import Identity
@@ -101,6 +102,8 @@ class TaskLoop:
         # between the runtime's return and the commit of its reply (Turn) -> Awaitable[None].
         self.before_call: Callable[[Turn], Awaitable[None]] | None = None
         self.before_commit: Callable[[Turn], Awaitable[None]] | None = None
+        # Awaited after a turn's runtime state is written: (logical session id, state).
+        self.after_state_saved: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     def launch(self, task: Task) -> None:
         if self.stopping:
@@ -266,6 +269,11 @@ class TaskLoop:
         )
         if runtime is None:
             return TurnOutcome(kind=None)
+        kept: LogicalSession = session
+        state = StateKeeper(
+            session.runtime_state,
+            lambda new: self._save_runtime_state(ctx, kept, new),
+        )
         turn = Turn(
             invocation_id=invocation_id,
             agent=AgentProfile(
@@ -285,11 +293,21 @@ class TaskLoop:
             task_id=task.id,
             runtime_state=dict(session.runtime_state),
             tools=self.toolbox_for(agent, task.channel_id, session.id),
+            state_sink=state.report,
         )
         try:
             if self.before_call is not None:
                 await self.before_call(turn)
-            result = await runtime.respond(turn)
+            result: TurnResult | None = None
+            try:
+                result = await runtime.respond(turn)
+            finally:
+                # What the runtime reported is stored however the turn ended (a takeover, a
+                # cancel, the hub stopping), before the next turn can read it; the result's
+                # state has the last word.
+                stored = state.settle(result.runtime_state if result is not None else None)
+                if stored is not None:
+                    await stored
             if self.before_commit is not None:
                 await self.before_commit(turn)
         except RuntimeFailure as failure:
@@ -306,8 +324,6 @@ class TaskLoop:
             message = scrub(failure.message, secrets)
             return TurnOutcome(kind="failed", reason=f"{failure.code}: {message}")
         t2 = clock.monotonic()
-        if result.runtime_state is not None and result.runtime_state != session.runtime_state:
-            await self._save_runtime_state(ctx, session, result.runtime_state)
         reply = d.parse_reply(result.text)
         if reply.silent:
             await self._record(trace, "silent", None, result, t2)
@@ -332,13 +348,16 @@ class TaskLoop:
         self, ctx: _Context, session: LogicalSession, state: dict[str, Any]
     ) -> None:
         """Keep the runtime's own session (a Claude Code session id, a Codex thread) on the
-        logical session, so the next turn resumes it (W1 RuntimeSubSession)."""
+        logical session, so the next turn resumes it (W1 RuntimeSubSession). The one write of
+        it, made by the turn's :class:`StateKeeper` for each new value reported."""
 
         async def job(tx: Tx) -> None:
             await tx.update("sessions", session.id, runtime_state=state)
 
         await self.ctx.store.write(job)
         ctx.sessions[session.agent_id] = session.model_copy(update={"runtime_state": state})
+        if self.after_state_saved is not None:
+            await self.after_state_saved(session.id, state)
 
     async def _append_reply(
         self,
