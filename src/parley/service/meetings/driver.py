@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parley.core import meetings as mt
-from parley.core.channels import TRANSCRIPT_WINDOW, ChannelMessage
+from parley.core.channels import TRANSCRIPT_WINDOW, ChannelMessage, Task
 from parley.core.errors import RuntimeFailure
 from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_ulid
@@ -79,6 +79,8 @@ class MeetingDriver:
         self.hub_id = hub_id
         self.live: dict[str, LiveMeeting] = {}
         self.voices = Voices(ctx, identity, channels, tasks, mail, runtime_for)
+        # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
+        tasks.hooks.on_finished(self.on_task_finished)
 
     def _publish(self, tx: Tx, meeting: Meeting) -> None:
         data = {"type": "meeting", "meeting": meeting.model_dump(mode="json")}
@@ -89,6 +91,18 @@ class MeetingDriver:
         live = LiveMeeting(meeting.id)
         self.live[meeting.id] = live
         live.runner = asyncio.create_task(self._drive(live), name=f"parley-meeting-{meeting.id}")
+
+    # -- entry at the work-unit boundary ----------------------------------------------------------
+    async def on_task_finished(self, task: Task) -> None:
+        """A turn ended: members of it that await entry enter now (their boundary)."""
+        if not self.live:
+            # Every finished task comes here: without a meeting driven by this hub there is
+            # nobody to admit (a driver admits the members no turn holds back at each turn).
+            return
+        for agent_id in task.members:
+            if self.rooms.in_flight(agent_id):
+                continue
+            await self._admit(agent_id)
 
     # -- the driver -------------------------------------------------------------------------------
     async def _admit(self, agent_id: str) -> None:

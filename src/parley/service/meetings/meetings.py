@@ -12,28 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from parley.core import meetings as mt
-from parley.core.channels import Channel, ChannelMessage, Task
+from parley.core.channels import Channel, ChannelMessage
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id, new_ulid
 from parley.core.limits import StorableText, check_seq, check_text
-from parley.core.ports import Page, Runtime, Tx
+from parley.core.ports import Page, Tx
 from parley.core.rooms import Attendee, Meeting, Minutes, Room, RoomMember, Speech
-from parley.service.context import ServiceContext
-from parley.service.conversations.channels import Channels
-from parley.service.conversations.tasks import TaskRunner
 from parley.service.conversations.transcripts import check_content
-from parley.service.identity import Identity
-from parley.service.mail.mailbox import Mail
 from parley.service.meetings.driver import MeetingDriver, moderates
-from parley.service.meetings.rooms import MemberView, Rooms, not_a_member
+from parley.service.meetings.rooms import MemberView, not_a_member
 
 log = logging.getLogger("parley.meetings")
 
@@ -66,32 +59,6 @@ class MeetingStatus:
 
 class Meetings(MeetingDriver):
     """Convenes, drives (:class:`~.driver.MeetingDriver`), stops and records meetings."""
-
-    def __init__(
-        self,
-        ctx: ServiceContext,
-        identity: Identity,
-        channels: Channels,
-        tasks: TaskRunner,
-        mail: Mail,
-        rooms: Rooms,
-        runtime_for: Callable[[Principal], Runtime | None],
-        runtime_for_config: Callable[[str, dict[str, Any]], Runtime | None],
-        hub_id: str,
-    ) -> None:
-        super().__init__(
-            ctx,
-            identity,
-            channels,
-            tasks,
-            mail,
-            rooms,
-            runtime_for,
-            runtime_for_config,
-            hub_id,
-        )
-        # A member awaiting entry enters at its turn's end (its work-unit boundary, R2).
-        tasks.hooks.on_finished(self.on_task_finished)
 
     # -- convening --------------------------------------------------------------------------------
     async def convene(
@@ -243,18 +210,6 @@ class Meetings(MeetingDriver):
         if moderates(convener):
             return f"convener:{convener.id}:{convener.runtime_kind}"
         return f"room:{room.config.moderator_runtime.get('kind', 'none')}"
-
-    # -- entry at the work-unit boundary ----------------------------------------------------------
-    async def on_task_finished(self, task: Task) -> None:
-        """A turn ended: members of it that await entry enter now (their boundary)."""
-        if not self.live:
-            # Every finished task comes here: without a meeting driven by this hub there is
-            # nobody to admit (a driver admits the members no turn holds back at each turn).
-            return
-        for agent_id in task.members:
-            if self.rooms.in_flight(agent_id):
-                continue
-            await self._admit(agent_id)
 
     # -- humans, stop, queries, recovery ----------------------------------------------------------
     async def post(self, caller: Principal, meeting_id: str, content: str) -> ChannelMessage:
