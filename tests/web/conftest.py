@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 from parley.service.hub import Hub
 from parley.surfaces.rest.app import create_app
@@ -68,7 +68,11 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
     def watch(page: Page) -> None:
         page.on(
             "console",
-            lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+            lambda m: (
+                violations.append(m.text + str(m.location))
+                if "Content Security Policy" in m.text
+                else None
+            ),
         )
 
     ctx.on("page", watch)
@@ -114,6 +118,13 @@ async def sign_in(page: Page, url: str, token: str) -> None:
     await page.get_by_label("Token").fill(token)
     await page.get_by_role("button", name="Sign in").click()
     await page.wait_for_url(f"{url}/ui/")
+
+
+async def went_live(page: Page) -> None:
+    """Until every live part of the page has its stream open (over the browser's one shared
+    stream)."""
+    await expect(page.locator("[sse-connect]:not([data-live=open])")).to_have_count(0)
+    await expect(page.locator("[sse-connect][data-live=open]").first).to_be_attached()
 
 
 async def shoot(page: Page, where: Path, name: str, *, dark: bool = False) -> None:

@@ -8,7 +8,7 @@ import pytest
 from playwright.async_api import BrowserContext, expect
 
 from parley.config import Settings
-from tests.web.conftest import Served, sign_in
+from tests.web.conftest import Served, sign_in, went_live
 
 # The page waits out htmx's growing delay between attempts: a failure guard, not a timing.
 RECONNECT_WAIT_MS = 30_000
@@ -25,13 +25,13 @@ async def test_a_page_over_the_live_stream_bound_is_shown_not_live_and_recovers(
     hub = served.hub
     assert hub.operator_token is not None
     live_page = await context.new_page()
-    async with live_page.expect_response(lambda r: "/ui/overview/live" in r.url):
-        await sign_in(live_page, served.url, hub.operator_token)
-    # A second live page of the same session: its stream is refused.
+    await sign_in(live_page, served.url, hub.operator_token)
+    await went_live(live_page)
+    # A second live page of the same session: its stream is refused (the first keeps its own).
     other = await context.new_page()
-    async with other.expect_response(lambda r: "/ui/channels/live" in r.url) as refused:
-        await other.goto(f"{served.url}/ui/channels")
-    assert (await refused.value).status == 429
+    await other.goto(f"{served.url}/ui/channels")
+    await expect(other.locator("[sse-connect]")).to_have_attribute("data-live", "not-live")
+    await expect(live_page.locator("[sse-connect]")).to_have_attribute("data-live", "open")
     await expect(other.get_by_role("heading", name="Channels")).to_be_visible()
     note = other.get_by_role("status").filter(has_text="Not live")
     await expect(note).to_be_visible()

@@ -9,7 +9,7 @@ from parley.core.identity import Principal
 from parley.service.identity import HumanSpec
 from tests.conftest import MakeAgent
 from tests.fakes.serving import LocalServer
-from tests.web.conftest import Served, sign_in
+from tests.web.conftest import Served, sign_in, went_live
 
 
 async def test_cookie_flags_and_a_forged_cross_site_form(
@@ -66,8 +66,8 @@ async def test_a_rotated_token_ends_the_session_and_its_live_stream(
     human = await hub.identity.create_human(operator, HumanSpec(id="hana"))
     page = await context.new_page()
     # Signed in once the overview's live stream has answered.
-    async with page.expect_response(lambda r: "/ui/overview/live" in r.url):
-        await sign_in(page, served.url, human.token)
+    await sign_in(page, served.url, human.token)
+    await went_live(page)
     await hub.identity.issue_token(operator, "hana", rotate=True)
     # The open stream tells the page at once; the next request finds the session gone.
     await expect(page.get_by_role("alert")).to_contain_text("Your session ended")
@@ -83,8 +83,8 @@ async def test_signing_out_ends_the_live_pages_of_that_session_at_once(
     hub = served.hub
     human = await hub.identity.create_human(operator, HumanSpec(id="hana"))
     watching = await context.new_page()
-    async with watching.expect_response(lambda r: "/ui/overview/live" in r.url):
-        await sign_in(watching, served.url, human.token)
+    await sign_in(watching, served.url, human.token)
+    await went_live(watching)
     # Another tab of the same browser (the same session) signs out.
     leaving = await context.new_page()
     await leaving.goto(f"{served.url}/ui/channels")

@@ -12,7 +12,7 @@ from parley.core.mail import SendRequest
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.meetings.rooms import RoomSpec
 from tests.conftest import MakeAgent
-from tests.web.conftest import Served, shoot, sign_in
+from tests.web.conftest import Served, shoot, sign_in, went_live
 
 
 async def test_overview_mail_and_events_update_live(
@@ -63,8 +63,8 @@ async def test_overview_mail_and_events_update_live(
     await expect(events).not_to_contain_text("channel.created")
     await shoot(page, screenshots, "events")
 
-    async with page.expect_response(lambda r: "/ui/channels/live" in r.url):
-        await page.goto(f"{served.url}/ui/channels")
+    await page.goto(f"{served.url}/ui/channels")
+    await went_live(page)
     await expect(page.locator("#channels")).to_contain_text("design")
     await hub.channels.create(operator, ChannelSpec(name="retro", members=["alpha"]))
     await expect(page.locator("#channels")).to_contain_text("retro")

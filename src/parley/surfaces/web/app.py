@@ -7,27 +7,39 @@ layer, as the signed-in principal.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.rest import errors
-from parley.surfaces.web import channels, meetings, pages, signin, workers
+from parley.surfaces.web import channels, meetings, missing, pages, shared, signin, workers
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
 from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, pages, channels, meetings, workers)
-"""The UI's modules, each with a ``router`` mounted under ``/ui``."""
+AREAS = (signin, shared, pages, channels, meetings, workers, missing)
+"""The UI's modules, each with a ``router`` mounted under ``/ui`` (``missing``, the catch-all
+that answers an unknown page, last)."""
 
 
 async def _sign_in_required(request: Request, exc: Exception) -> RedirectResponse | HTMLResponse:
     if request.headers.get("accept", "").startswith("text/event-stream"):
         # A live stream whose session is gone: 401 ends it (the page shows the sign-in link).
         return HTMLResponse("sign in again", status_code=401)
+    if request.method == "GET":
+        # Back to the page asked for once signed in (signin.next_page checks it is one of ours).
+        wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"{PREFIX}/signin?{urlencode({'next': wanted})}", status_code=303)
     return RedirectResponse(f"{PREFIX}/signin", status_code=303)
+
+
+async def _favicon() -> FileResponse:
+    # Asked for by every browser on every page, before any sign-in.
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
 async def _action_refused(request: Request, exc: Exception) -> HTMLResponse:
@@ -70,6 +82,7 @@ def mount(app: FastAPI, sessions: WebSessions | None = None) -> WebSessions:
         lambda: RedirectResponse(f"{PREFIX}/", status_code=307),
         include_in_schema=False,
     )
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
     app.add_exception_handler(SignInRequired, _sign_in_required)
     app.add_exception_handler(ActionRefused, _action_refused)
     app.add_exception_handler(ParleyError, _refused)

@@ -15,7 +15,7 @@ from parley.service.conversations.transcripts import channel_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
-from parley.surfaces.web.render import attempt, fragment, page
+from parley.surfaces.web.render import attempt, fragment, older_messages, page
 
 router = APIRouter()
 
@@ -23,6 +23,7 @@ BACKLOG = 200
 TASKS_SHOWN = 5
 CHANNELS_SHOWN = 100
 After = Annotated[str | None, Query(min_length=1, max_length=64)]
+Before = Annotated[int, Query(ge=1, le=2**53)]
 
 
 async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> list[Task]:
@@ -99,16 +100,55 @@ async def channel_live(
         tasks = await _tasks(hub, viewer.principal, channel_id)
         return fragment("_tasks.html", tasks=tasks, csrf=viewer.session.csrf)
 
+    async def render_actions() -> str:
+        channel = await hub.channels.get(viewer.principal, channel_id)
+        return fragment(
+            "_channel_actions.html",
+            channel=channel,
+            viewer=viewer.principal,
+            csrf=viewer.session.csrf,
+        )
+
+    subject = f"channel:{channel_id}"
+
+    def channel_changed(item: dict[str, Any]) -> bool:
+        return item.get("type") == "task" or (
+            item.get("type") == "event" and item["event"].get("subject") == subject
+        )
+
     transcript = Transcript(("channel", channel_id), topic, backfill, recheck)
     # The task panel carries the session's CSRF token (its cancel form): shared per session.
     tasks = Panel(
         "tasks",
         Panel.key_for(viewer, "tasks", channel_id, session=True),
-        (topic,),
+        (topic, "hub"),
         render_tasks,
-        lambda item: item.get("type") == "task",
+        channel_changed,
     )
-    return live(request, viewer, panels=[tasks], transcript=transcript, after=after)
+    # The forms follow the channel: gone once it is closed (the page need not be reloaded).
+    actions = Panel(
+        "actions",
+        Panel.key_for(viewer, "channel-actions", channel_id, session=True),
+        (topic, "hub"),
+        render_actions,
+        channel_changed,
+    )
+    return live(request, viewer, panels=[tasks, actions], transcript=transcript, after=after)
+
+
+@router.get("/channels/{channel_id}/older", response_class=HTMLResponse)
+async def channel_older(
+    request: Request, viewer: ViewerDep, channel_id: str, before: Before
+) -> HTMLResponse:
+    """The page of messages before ``before`` (the transcript's first), oldest first."""
+    hub = hub_of(request)
+
+    async def read(after_seq: int, limit: int) -> list[Any]:
+        return await hub.channels.messages(
+            viewer.principal, channel_id, after_seq=after_seq, limit=limit
+        )
+
+    return await older_messages(read, before)
 
 
 @router.get("/tasks/{task_id}/trace", response_class=HTMLResponse)

@@ -22,7 +22,7 @@ from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
-from parley.surfaces.web.render import attempt, fragment, page
+from parley.surfaces.web.render import attempt, fragment, older_messages, page
 
 router = APIRouter()
 
@@ -30,6 +30,7 @@ BACKLOG = 200
 DECISIONS = ("meeting.moderator", "meeting.moderator_fallback")
 ROOMS_SHOWN = 50
 After = Annotated[str | None, Query(min_length=1, max_length=64)]
+Before = Annotated[int, Query(ge=1, le=2**53)]
 
 
 async def _rooms(hub: Hub, viewer: Principal, after: str | None) -> dict[str, Any]:
@@ -135,11 +136,44 @@ async def meeting_live(
             item.get("type") == "event" and item["event"].get("subject") == subject
         )
 
+    async def render_actions() -> str:
+        current = await hub.meetings.get(viewer.principal, meeting_id)
+        return fragment(
+            "_meeting_actions.html",
+            meeting=current,
+            viewer=viewer.principal,
+            csrf=viewer.session.csrf,
+        )
+
     transcript = Transcript(("meeting", meeting_id), topic, backfill, recheck)
     state = Panel(
         "state", Panel.key_for(viewer, "meeting", meeting_id), (topic, "hub"), render_state, changed
     )
-    return live(request, viewer, panels=[state], transcript=transcript, after=after)
+    # The forms follow the meeting: gone once it has adjourned (they carry the CSRF token).
+    actions = Panel(
+        "actions",
+        Panel.key_for(viewer, "meeting-actions", meeting_id, session=True),
+        (topic, "hub"),
+        render_actions,
+        changed,
+    )
+    return live(request, viewer, panels=[state, actions], transcript=transcript, after=after)
+
+
+@router.get("/meetings/{meeting_id}/older", response_class=HTMLResponse)
+async def meeting_older(
+    request: Request, viewer: ViewerDep, meeting_id: str, before: Before
+) -> HTMLResponse:
+    """The page of the meeting's messages before ``before`` (the transcript's first)."""
+    hub = hub_of(request)
+
+    async def read(after_seq: int, limit: int) -> list[Any]:
+        found = await hub.meetings.transcript(
+            viewer.principal, meeting_id, after_seq=after_seq, limit=limit
+        )
+        return list(found.rows)
+
+    return await older_messages(read, before)
 
 
 @router.post("/meetings/convene")

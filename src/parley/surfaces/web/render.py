@@ -114,6 +114,30 @@ def fragment(name: str, **context: Any) -> str:
     return templates.get_template(name).render(**context)
 
 
+OLDER_PAGE = 100
+"""Messages a transcript loads at once when the reader scrolls up past its first."""
+OLDER_TRIES = 10
+
+
+async def older_messages(
+    read: Callable[[int, int], Awaitable[list[Any]]], before: int
+) -> HTMLResponse:
+    """The messages before seq ``before``, at most a page, as transcript items (oldest first);
+    ``X-Parley-Older: 1`` when still older ones remain. ``read(after_seq, limit)`` reads as the
+    viewer. Seqs count from 1 in each channel."""
+    rows: list[Any] = []
+    start = max(0, before - 1)
+    for _ in range(OLDER_TRIES):  # a few pages back across a gap in the seqs, no more
+        if start <= 0 or rows:
+            break
+        low = max(0, start - OLDER_PAGE)
+        rows = [m for m in await read(low, OLDER_PAGE) if m.seq < before]
+        start = low
+    body = "".join(fragment("_message.html", m=m) for m in rows)
+    headers = {**SECURITY_HEADERS, "X-Parley-Older": "1" if start > 0 else "0"}
+    return HTMLResponse(body, headers=headers)
+
+
 def back(path: str) -> RedirectResponse:
     """After an action: see the page again (POST → redirect → GET)."""
     return RedirectResponse(path, status_code=303)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
@@ -23,13 +25,32 @@ from parley.surfaces.web.render import html, retry_after
 router = APIRouter()
 
 
-def _form(request: Request, error: str | None = None, status_code: int = 200) -> HTMLResponse:
-    return html(request, "signin.html", {"error": error}, status_code)
+def next_page(wanted: str | None) -> str:
+    """Where a sign-in goes: the page that asked for it when that is a page of this UI (never
+    another site, nor the sign-in itself), else the overview."""
+    if (
+        wanted
+        and wanted.startswith(PREFIX + "/")
+        and not wanted.startswith(f"{PREFIX}/signin")
+        and "\\" not in wanted
+        and not urlsplit(wanted).netloc
+        and len(wanted) <= 2048
+    ):
+        return wanted
+    return f"{PREFIX}/"
+
+
+def _form(
+    request: Request, error: str | None = None, status_code: int = 200, wanted: str | None = None
+) -> HTMLResponse:
+    following = next_page(wanted)
+    shown = following if following != f"{PREFIX}/" else ""
+    return html(request, "signin.html", {"error": error, "next": shown}, status_code)
 
 
 @router.get("/signin", response_class=HTMLResponse)
-async def signin_form(request: Request) -> HTMLResponse:
-    return _form(request)
+async def signin_form(request: Request, next: str = "") -> HTMLResponse:
+    return _form(request, wanted=next)
 
 
 @router.post("/signin", response_model=None)
@@ -38,16 +59,17 @@ async def signin(request: Request) -> HTMLResponse | RedirectResponse:
     origin check stops another site from signing a browser in as someone else."""
     if not same_origin(request):
         return _form(request, "This form was not sent from a page of this hub.", 403)
-    token = (await read_form(request)).get("token", "").strip()
+    form = await read_form(request)
+    token, wanted = form.get("token", "").strip(), form.get("next")
     try:
         principal = await hub_of(request).identity.authenticate(token)
     except Unauthenticated as exc:
-        return _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 401)
-    return _signed_in(request, principal.id, hash_token(token))
+        return _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 401, wanted)
+    return _signed_in(request, principal.id, hash_token(token), wanted)
 
 
 def _signed_in(
-    request: Request, principal_id: str, token_digest: str
+    request: Request, principal_id: str, token_digest: str, wanted: str | None = None
 ) -> HTMLResponse | RedirectResponse:
     """The new session (it replaces the browser's old one), or the form again with why the
     sign-in was refused (too many sign-ins of this principal, or the hub's sessions full)."""
@@ -59,7 +81,7 @@ def _signed_in(
         refused = _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 429)
         refused.headers["Retry-After"] = retry_after(exc)
         return refused
-    response = RedirectResponse(f"{PREFIX}/", status_code=303)
+    response = RedirectResponse(next_page(wanted), status_code=303)
     set_session_cookie(request, response, session_id)
     return response
 
