@@ -12,23 +12,37 @@ from sse_starlette.sse import EventSourceResponse
 from parley.core.channels import Task
 from parley.core.identity import Principal
 from parley.service.conversations.transcripts import channel_topic
+from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, older_messages, page
+from parley.surfaces.web.waits import discussion_wait, task_waits
 
 router = APIRouter()
 
 BACKLOG = 200
 TASKS_SHOWN = 5
+MEMBER_TOPICS = 50
+"""Members whose remote turns a channel page follows live (a bigger channel's show on its next
+change)."""
 CHANNELS_SHOWN = 100
 After = Annotated[str | None, Query(min_length=1, max_length=64)]
 Before = Annotated[int, Query(ge=1, le=2**53)]
 
 
-async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> list[Task]:
-    """The newest tasks first, each with its snapshot, round x/y and end reason."""
-    return await hub.tasks.latest_of_channel(viewer, channel_id, TASKS_SHOWN)
+async def _tasks(hub: Hub, viewer: Principal, channel_id: str) -> dict[str, Any]:
+    """The task panel: the newest tasks first, each with its snapshot, round x/y, end reason and
+    what it waits for, and what the channel waits for (a discussion's summary) or why it was
+    closed."""
+    channel = await hub.channels.get(viewer, channel_id)
+    tasks: list[Task] = await hub.tasks.latest_of_channel(viewer, channel_id, TASKS_SHOWN)
+    return {
+        "channel": channel,
+        "tasks": tasks,
+        "waits": await task_waits(hub, tasks),
+        "channel_wait": discussion_wait(hub, channel, tasks),
+    }
 
 
 async def _channels(hub: Hub, viewer: Principal, after: str | None) -> dict[str, Any]:
@@ -63,16 +77,14 @@ async def channel_list_live(
 @router.get("/channels/{channel_id}", response_class=HTMLResponse)
 async def channel_view(request: Request, viewer: ViewerDep, channel_id: str) -> HTMLResponse:
     hub = hub_of(request)
-    channel = await hub.channels.get(viewer.principal, channel_id)
     messages = await hub.channels.messages(viewer.principal, channel_id, latest=BACKLOG)
     return page(
         request,
         viewer,
         "channel.html",
-        channel=channel,
         messages=messages,
         after=messages[-1].seq if messages else 0,
-        tasks=await _tasks(hub, viewer.principal, channel_id),
+        **await _tasks(hub, viewer.principal, channel_id),
     )
 
 
@@ -84,8 +96,11 @@ async def channel_live(
     task panel again whenever a task changes. A browser that reconnects sends Last-Event-ID (the
     last message's seq) and gets what it missed."""
     hub = hub_of(request)
-    await hub.channels.get(viewer.principal, channel_id)
+    channel = await hub.channels.get(viewer.principal, channel_id)
     topic = channel_topic(channel_id)
+    # A remote member's turn is announced on its own topic: the task panel shows whom it waits
+    # for as soon as it is offered.
+    turn_topics = tuple(turns_topic(m) for m in channel.members[:MEMBER_TOPICS])
 
     async def backfill(after_seq: int) -> list[dict[str, Any]]:
         rows = await hub.channels.messages(
@@ -97,8 +112,8 @@ async def channel_live(
         return await hub.channels.get(principal, channel_id)
 
     async def render_tasks() -> str:
-        tasks = await _tasks(hub, viewer.principal, channel_id)
-        return fragment("_tasks.html", tasks=tasks, csrf=viewer.session.csrf)
+        shown = await _tasks(hub, viewer.principal, channel_id)
+        return fragment("_tasks.html", **shown, csrf=viewer.session.csrf)
 
     async def render_actions() -> str:
         channel = await hub.channels.get(viewer.principal, channel_id)
@@ -112,7 +127,7 @@ async def channel_live(
     subject = f"channel:{channel_id}"
 
     def channel_changed(item: dict[str, Any]) -> bool:
-        return item.get("type") == "task" or (
+        return item.get("type") in ("task", "turn") or (
             item.get("type") == "event" and item["event"].get("subject") == subject
         )
 
@@ -121,7 +136,7 @@ async def channel_live(
     tasks = Panel(
         "tasks",
         Panel.key_for(viewer, "tasks", channel_id, session=True),
-        (topic, "hub"),
+        (topic, "hub", *turn_topics),
         render_tasks,
         channel_changed,
     )

@@ -18,17 +18,21 @@ from parley.core.identity import Principal
 from parley.core.meetings import roll_call
 from parley.core.rooms import Meeting
 from parley.service.conversations.transcripts import channel_topic
+from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, older_messages, page
+from parley.surfaces.web.waits import meeting_waits, pending_turns
 
 router = APIRouter()
 
 BACKLOG = 200
 DECISIONS = ("meeting.moderator", "meeting.moderator_fallback")
 ROOMS_SHOWN = 50
+MEMBER_TOPICS = 50
+"""Members whose remote turns a meeting page follows live."""
 After = Annotated[str | None, Query(min_length=1, max_length=64)]
 Before = Annotated[int, Query(ge=1, le=2**53)]
 
@@ -63,11 +67,17 @@ async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any
             limit=200,
         )
     minutes = await hub.meetings.minutes(viewer, meeting.id) if meeting.status != "running" else []
+    turns = (
+        await pending_turns(hub, channel_id=meeting.channel_id)
+        if meeting.status == "running"
+        else []
+    )
     return {
         "meeting": meeting,
         "roll": roll_call(meeting),
         "decisions": decisions,
         "minutes": minutes,
+        "waits": meeting_waits(turns),
     }
 
 
@@ -132,7 +142,7 @@ async def meeting_live(
         return fragment("_meeting_state.html", **state)
 
     def changed(item: dict[str, Any]) -> bool:
-        return item.get("type") in ("meeting", "message") or (
+        return item.get("type") in ("meeting", "message", "turn") or (
             item.get("type") == "event" and item["event"].get("subject") == subject
         )
 
@@ -146,8 +156,15 @@ async def meeting_live(
         )
 
     transcript = Transcript(("meeting", meeting_id), topic, backfill, recheck)
+    # A remote member's turn is announced on its own topic: the state shows whom the meeting
+    # waits for as soon as the turn is offered.
+    turn_topics = tuple(turns_topic(a.agent_id) for a in meeting.attendees[:MEMBER_TOPICS])
     state = Panel(
-        "state", Panel.key_for(viewer, "meeting", meeting_id), (topic, "hub"), render_state, changed
+        "state",
+        Panel.key_for(viewer, "meeting", meeting_id),
+        (topic, "hub", *turn_topics),
+        render_state,
+        changed,
     )
     # The forms follow the meeting: gone once it has adjourned (they carry the CSRF token).
     actions = Panel(

@@ -20,6 +20,7 @@ from parley.service.mail.mailbox import inbox_topic
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, about_events, live
 from parley.surfaces.web.render import fragment, page
+from parley.surfaces.web.waits import meeting_waits, pending_turns, task_waits
 
 router = APIRouter()
 
@@ -67,11 +68,19 @@ async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
     working = {m for live in hub.tasks.live.values() for m in live.task.members}
     meetings = await hub.meetings.latest(viewer, RECENT)
     workers = await hub.workers.listing(viewer, limit=RECENT)
+    tasks = await _running_tasks(hub, viewer)
+    meeting_wait = {
+        m.id: meeting_waits(await pending_turns(hub, channel_id=m.channel_id))
+        for m in meetings
+        if m.status == "running"
+    }
     return {
         "agents": agents,
         "working": working,
         "summaries": await _summaries(hub, viewer, agents),
-        "tasks": await _running_tasks(hub, viewer),
+        "tasks": tasks,
+        "waits": await task_waits(hub, tasks),
+        "meeting_waits": meeting_wait,
         "meetings": meetings,
         "workers": workers,
         "failures": await _recent_failures(hub, viewer),
