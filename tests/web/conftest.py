@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 from parley.service.hub import Hub
@@ -31,12 +32,14 @@ WAIT_MS = 10_000
 class Served:
     url: str
     hub: Hub
+    app: FastAPI
 
 
 @pytest.fixture
 async def served(hub: Hub) -> AsyncIterator[Served]:
-    async with LocalServer(create_app(hub=hub)) as server:
-        yield Served(server.url, hub)
+    app = create_app(hub=hub)
+    async with LocalServer(app) as server:
+        yield Served(server.url, hub, app)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.conftest import MakeAgent
 from tests.integration.discussion_support import within
 from tests.integration.meeting_support import members, room_with
 from tests.integration.test_workers import scripted
-from tests.web.conftest import Browsing, shoot
+from tests.web.conftest import Browsing, shoot, went_live
 
 
 async def test_convene_a_meeting_watch_it_and_stop_it(
@@ -63,7 +63,16 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await page.get_by_role("button", name="Interject").click()
     await expect(page.locator("#transcript")).to_contain_text("hana: remember the migration")
     await shoot(page, ui.screenshots, "meeting")
+    # Another tab on the same meeting: its forms go, live, once the meeting has ended.
+    watching = await ui.context.new_page()
+    await watching.goto(page.url)
+    await went_live(watching)
+    await expect(watching.get_by_role("button", name="Interject")).to_be_visible()
     await page.get_by_role("button", name="Emergency stop").click()  # on the meeting's page
+    await expect(watching.locator("#meeting-state")).to_have_attribute("data-status", "ended")
+    await expect(watching.get_by_role("button", name="Interject")).to_have_count(0)
+    await expect(watching.get_by_role("button", name="Emergency stop")).to_have_count(0)
+    await expect(watching.locator("#actions-closed")).to_contain_text("stopped")
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")
     await expect(page.locator("#transcript")).to_contain_text("[Meeting stopped]")
@@ -82,7 +91,7 @@ async def test_take_over_a_worker_and_see_the_takeover(
     page = await ui.signed_in()
     await page.get_by_role("link", name="Workers").click()
     await expect(page.locator("#workers")).to_contain_text("running")
-    await page.get_by_role("link", name=root.id).click()
+    await page.locator(f'#workers tr[data-worker="{root.id}"] a').first.click()
     await expect(page.locator("#worker-state")).to_have_text("running")
 
     await page.get_by_label("Take over with an instruction").fill("Keep the old API.")
@@ -94,13 +103,55 @@ async def test_take_over_a_worker_and_see_the_takeover(
     assert coder.cancelled == ["refactor the parser"]
     assert "Keep the old API." in coder.turns[-1].prompt.render()
 
+    # Resume the idle worker with a note: its next turn carries it.
+    turns = len(coder.turns)
+    await page.get_by_label("Resume with a note").fill("carry on with the docs")
+    await page.get_by_role("button", name="Resume").click()
+    await expect(page.get_by_role("status").filter(has_text="Worker resumed.")).to_be_visible()
+    await ui.hub.tasks.wait_idle()
+    assert len(coder.turns) > turns
+    assert "carry on with the docs" in coder.turns[-1].prompt.render()
+
+    # A child with its own task, blocking its parent: the tree shows each worker's task.
     await page.get_by_label("Spawn a child with the task").fill("write the tests")
+    await page.get_by_label("Block this worker until the child reports").check()
     await page.get_by_role("button", name="Spawn").click()
     tree = page.locator(".tree")
-    await expect(tree.locator("li li")).to_have_count(1)
+    child = tree.locator("li li")
+    await expect(child).to_have_count(1)
+    await expect(child).to_contain_text("write the tests")
+    await expect(tree.locator("> li")).to_contain_text("refactor the parser")
+    await expect(page.locator("#worker-task")).to_contain_text("refactor the parser")
+    # The tree folds under a parent, and unfolds.
+    await tree.get_by_role("button", name="Fold the workers under").click()
+    await expect(child).to_be_hidden()
+    await tree.get_by_role("button", name="Fold the workers under").click()
+    await expect(child).to_be_visible()
     await shoot(page, ui.screenshots, "worker")
+
+    # The list shows each worker's task and state.
+    listing = await ui.context.new_page()
+    await listing.goto(f"{ui.url}/ui/workers")
+    await expect(listing.locator(f'#workers tr[data-worker="{root.id}"]')).to_contain_text(
+        "refactor the parser"
+    )
+    await expect(listing.locator("#workers")).to_contain_text("write the tests")
+    await shoot(listing, ui.screenshots, "workers")
+
+    # Another tab on the worker: once it is killed its forms go, live.
+    watching = await ui.context.new_page()
+    await watching.goto(page.url)
+    await went_live(watching)
+    await expect(watching.get_by_role("button", name="Take over")).to_be_visible()
     await page.get_by_role("button", name="Cancel worker").click()
     await expect(page.locator("#worker-state")).to_have_text("killed")
+    await expect(watching.locator("#worker-state")).to_have_text("killed")
+    for name in ("Take over", "Spawn", "Cancel worker", "Resume"):
+        await expect(watching.get_by_role("button", name=name)).to_have_count(0)
+    await expect(watching.locator("#actions-closed")).to_contain_text("killed")
+    await expect(listing.locator(f'#workers tr[data-worker="{root.id}"] .pill')).to_have_text(
+        "killed"
+    )
 
 
 async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(

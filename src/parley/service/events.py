@@ -99,10 +99,14 @@ class EventLog:
         subject: str | None = None,
         actor: str | None = None,
         limit: int = 100,
+        before: str | None = None,
     ) -> list[Event]:
-        """The newest events first, at most ``limit``, filtered as ``page`` filters them."""
+        """The newest events first (older than the event ``before`` when given), at most
+        ``limit``, filtered as ``page`` filters them."""
         e = tx.table("events").c
         where = _filters(tx, after=None, type=type, subject=subject, actor=actor)
+        if before:
+            where.append(e.id < before)
         rows: list[Event] = await tx.select("events", *where, order_by=[e.id.desc()], limit=limit)
         return rows
 

@@ -40,9 +40,18 @@ from parley.surfaces.rest.deps import CALLER, CALLER_TOKEN, STREAM_ROUTES
 log = logging.getLogger("parley.rest")
 
 PUBLIC_PATHS = frozenset(
-    {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+    {
+        "/healthz",
+        "/readyz",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/openapi.json",
+        "/favicon.ico",
+    }
 )
-"""The paths anyone may reach: health checks and the API's own documentation."""
+"""The paths anyone may reach: health checks, the API's own documentation and the icon every
+browser asks for."""
 
 WEB_PREFIX = "/ui"
 """The web UI's pages, which sign in with a session cookie of their own (surfaces/web)."""

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import Task
 from parley.core.errors import ParleyError, PermissionDenied
-from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, MailSummary
 from parley.service.hub import Hub
@@ -26,7 +26,7 @@ router = APIRouter()
 
 FAILED_ENDS = ("failed", "interrupted")
 RECENT = 10
-EVENTS_SHOWN = 200
+EVENTS_SHOWN = 50
 
 
 async def _agents(hub: Hub, viewer: Principal) -> list[Principal]:
@@ -214,57 +214,85 @@ async def thread(request: Request, viewer: ViewerDep, message_id: str) -> HTMLRe
 
 
 # -- the event log ---------------------------------------------------------------------------------
-async def _events(hub: Hub, type: str, subject: str, actor: str) -> list[Event]:
+@dataclass
+class EventQuery:
+    """The event log's filters and where its page starts (older than ``before``)."""
+
+    type: str = ""
+    subject: str = ""
+    actor: str = ""
+    before: Annotated[str, Query(max_length=64)] = ""
+
+    def filters(self) -> dict[str, str]:
+        return {"type": self.type, "subject": self.subject, "actor": self.actor}
+
+
+EventQueryDep = Annotated[EventQuery, Depends()]
+
+
+async def _events(hub: Hub, query: EventQuery) -> dict[str, Any]:
+    """One page of the log, newest first, and where the next (older) page starts."""
     async with hub.store.read() as tx:
-        return await hub.ctx.events.latest(
-            tx, type=type, subject=subject, actor=actor, limit=EVENTS_SHOWN
+        rows = await hub.ctx.events.latest(
+            tx,
+            type=query.type,
+            subject=query.subject,
+            actor=query.actor,
+            before=query.before or None,
+            limit=EVENTS_SHOWN + 1,
         )
+    more = len(rows) > EVENTS_SHOWN
+    rows = rows[:EVENTS_SHOWN]
+    older = {**query.filters(), "before": rows[-1].id} if more and rows else None
+    first = query.filters() if query.before else None
+    return {
+        "events": rows,
+        "older": urlencode({k: v for k, v in older.items() if v}) if older else None,
+        "newest": urlencode({k: v for k, v in first.items() if v}) if first is not None else None,
+    }
 
 
 @router.get("/events", response_class=HTMLResponse)
-async def event_log(
-    request: Request,
-    viewer: ViewerDep,
-    type: str = "",
-    subject: str = "",
-    actor: str = "",
-) -> HTMLResponse:
-    """The newest events, filtered, live (operator only, as over REST)."""
-    filters = {"type": type, "subject": subject, "actor": actor}
+async def event_log(request: Request, viewer: ViewerDep, query: EventQueryDep) -> HTMLResponse:
+    """The event log, newest first, a page at a time, filtered, live (operator only, as over
+    REST)."""
     try:
         require_operator(viewer.principal, "read the event log")
     except PermissionDenied as exc:
         error = f"Refused ({exc.code}): {exc.message}"
-        return _events_page(request, viewer, [], error, filters)
-    rows = await _events(hub_of(request), type, subject, actor)
-    return _events_page(request, viewer, rows, None, filters)
+        return _events_page(request, viewer, {"events": []}, error, query)
+    shown = await _events(hub_of(request), query)
+    return _events_page(request, viewer, shown, None, query)
 
 
 @router.get("/events/live")
 async def event_log_live(
-    request: Request, viewer: ViewerDep, type: str = "", subject: str = "", actor: str = ""
+    request: Request, viewer: ViewerDep, query: EventQueryDep
 ) -> EventSourceResponse:
     require_operator(viewer.principal, "read the event log")
     hub = hub_of(request)
 
     async def render() -> str:
-        rows = await _events(hub, type, subject, actor)
-        return fragment("_events.html", events=rows)
+        return fragment("_events.html", **await _events(hub, query))
 
-    key = Panel.key_for(viewer, "events", type, subject, actor)
+    key = Panel.key_for(viewer, "events", query.type, query.subject, query.actor, query.before)
     return live(request, viewer, panels=[Panel("events", key, ("hub",), render)])
 
 
 def _events_page(
-    request: Request, viewer: Viewer, rows: list[Event], error: str | None, filters: dict[str, str]
+    request: Request,
+    viewer: Viewer,
+    shown: dict[str, Any],
+    error: str | None,
+    query: EventQuery,
 ) -> HTMLResponse:
     return page(
         request,
         viewer,
         "events.html",
         status_code=200 if error is None else 403,
-        events=rows,
         error=error,
         query=request.url.query,
-        filters=filters,
+        filters=query.filters(),
+        **shown,
     )

@@ -64,7 +64,11 @@
         return;  // what the page shows already: what is typed into its forms stays
       }
       var follow = event === "message" ? Follow.before(target) : null;
+      var typed = style === "beforeend" ? null : Typed.keep(target);
       window.htmx.swap(target, html, {swapStyle: style, swapDelay: 0, settleDelay: 0});
+      if (typed) {
+        Typed.restore(typed);
+      }
       if (follow) {
         Follow.after(target, follow);
       }
@@ -97,6 +101,7 @@
       notLive(root, false);
       swapInto(root, m.e, m.d);
     });
+    refold();
     var closing = list.some(function (root) { return root.getAttribute("sse-close") === m.e; });
     if (closing) {
       list.forEach(function (root) { root.dataset.live = "ended"; });
@@ -123,6 +128,41 @@
   function subscribe() {
     hub.send({type: "subscribe", tab: tab, urls: Object.keys(roots)});
   }
+
+  // What the reader typed into a panel's forms, and where the focus was, survive the panel
+  // being drawn again (its state changed: the forms it offers may be other ones).
+  var Typed = {
+    keep: function (target) {
+      var kept = {values: {}, focus: null};
+      target.querySelectorAll("input[id], textarea[id], select[id]").forEach(function (el) {
+        if (el.type === "hidden") {
+          return;
+        }
+        kept.values[el.id] = el.type === "checkbox" ? el.checked : el.value;
+      });
+      var active = document.activeElement;
+      if (active && active.id && target.contains(active)) {
+        kept.focus = active.id;
+      }
+      return kept;
+    },
+    restore: function (kept) {
+      Object.keys(kept.values).forEach(function (id) {
+        var el = document.getElementById(id);
+        if (!el) {
+          return;
+        }
+        if (el.type === "checkbox") {
+          el.checked = kept.values[id];
+        } else {
+          el.value = kept.values[id];
+        }
+      });
+      if (kept.focus && document.getElementById(kept.focus)) {
+        document.getElementById(kept.focus).focus();
+      }
+    }
+  };
 
   // The transcript sticks to its newest message unless the reader scrolled up; then new ones
   // are counted on a button that goes down to them.
@@ -218,13 +258,38 @@
     }
   });
 
+  // A worker tree folds under a parent, and stays folded when the live tree is drawn again.
+  var folded = {};
+
+  function fold(item, on) {
+    var toggle = item.querySelector(":scope > button.fold");
+    item.classList.toggle("folded", on);
+    if (toggle) {
+      toggle.setAttribute("aria-expanded", on ? "false" : "true");
+      toggle.textContent = on ? "▸" : "▾";
+    }
+  }
+
+  function refold() {
+    Object.keys(folded).forEach(function (id) {
+      var item = document.querySelector('.tree li[data-worker="' + CSS.escape(id) + '"]');
+      if (item) {
+        fold(item, true);
+      }
+    });
+  }
+
   document.addEventListener("click", function (evt) {
     var toggle = evt.target.closest && evt.target.closest("button.fold");
     if (toggle) {
       var item = toggle.closest("li");
-      var folded = item.classList.toggle("folded");
-      toggle.setAttribute("aria-expanded", folded ? "false" : "true");
-      toggle.textContent = folded ? "▸" : "▾";
+      var on = !item.classList.contains("folded");
+      fold(item, on);
+      if (on) {
+        folded[item.dataset.worker] = true;
+      } else {
+        delete folded[item.dataset.worker];
+      }
     }
   });
 

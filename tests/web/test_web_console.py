@@ -1,0 +1,215 @@
+"""In a real Chromium, the UI as a supervisor's console: a transcript that follows the newest
+message and loads older ones, six tabs of one browser live at once over one connection, what
+tasks, discussions and meetings wait for, forms that follow the state live, and the
+navigation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from playwright.async_api import Page, expect
+
+from parley.core.identity import Principal
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.identity import HumanSpec
+from parley.testing import StaticRuntimes
+from tests.conftest import MakeAgent
+from tests.integration.discussion_support import eventually
+from tests.web.conftest import Browsing, shoot, sign_in, went_live
+
+AT_END = "(b) => b.scrollHeight - b.scrollTop - b.clientHeight < 2"
+
+
+async def quiet_channel(ui: Browsing, operator: Principal, name: str, count: int) -> str:
+    """A channel without agents (a post starts no turn) holding ``count`` messages."""
+    channel = await ui.hub.channels.create(operator, ChannelSpec(name=name, members=[]))
+    for n in range(1, count + 1):
+        await ui.hub.channels.post(operator, channel.id, f"message number {n}")
+    return channel.id
+
+
+async def test_the_transcript_follows_the_newest_message_and_loads_older_ones(
+    ui: Browsing, operator: Principal
+) -> None:
+    channel_id = await quiet_channel(ui, operator, "busy", 250)
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/channels/{channel_id}")
+    await went_live(page)
+    box = page.locator("#transcript")
+    items = box.locator("li.msg")
+    await expect(items).to_have_count(200)  # the latest page: #51..#250
+    assert await box.evaluate(AT_END), "the transcript opens on its newest message"
+
+    # A new message while the reader is at the end: the transcript follows it.
+    await ui.hub.channels.post(operator, channel_id, "message number 251")
+    await expect(items.last).to_contain_text("message number 251")
+    assert await box.evaluate(AT_END)
+
+    # The reader scrolled up: new messages are counted below, not scrolled to.
+    await box.evaluate("(b) => { b.scrollTop = b.scrollHeight / 2; }")
+    await ui.hub.channels.post(operator, channel_id, "message number 252")
+    await ui.hub.channels.post(operator, channel_id, "message number 253")
+    below = page.get_by_role("button", name="2 new ↓")
+    await expect(below).to_be_visible()
+    assert not await box.evaluate(AT_END)
+    await below.click()
+    await expect(below).to_be_hidden()
+    assert await box.evaluate(AT_END)
+
+    # Older pages on demand: the first 50 come in above, where the reader was stays in view.
+    older = page.get_by_role("button", name="Load older messages")
+    await older.click()
+    await expect(items).to_have_count(253)
+    await expect(items.first).to_have_attribute("id", "msg-1")
+    await expect(older).to_be_hidden()  # nothing older than #1
+
+
+async def test_six_tabs_of_one_browser_are_live_at_once_over_one_connection(
+    ui: Browsing, operator: Principal
+) -> None:
+    channel_id = await quiet_channel(ui, operator, "six", 1)
+    first = await ui.signed_in()
+    tabs: list[Page] = [first]
+    for _ in range(5):
+        tabs.append(await ui.context.new_page())
+    for tab in tabs:
+        await tab.goto(f"{ui.url}/ui/channels/{channel_id}")
+    for tab in tabs:
+        await went_live(tab)
+    # One shared stream carries the six pages' streams (an HTTP/1.1 browser holds only six
+    # connections to one origin: one stream per tab would hang the sixth).
+    shared = ui.served.app.state.web_shared
+
+    async def one_stream_of_six() -> bool:
+        return [len(relays) for relays in shared.values()] == [6]
+
+    await eventually(one_stream_of_six, "one shared stream carrying six page streams")
+    await ui.hub.channels.post(operator, channel_id, "to every tab")
+    for tab in tabs:
+        await expect(tab.locator("#transcript")).to_contain_text("to every tab")
+    # A seventh tab, on another page, is live too; closing tabs leaves the others live.
+    seventh = await ui.context.new_page()
+    await seventh.goto(f"{ui.url}/ui/")
+    await went_live(seventh)
+    for tab in tabs[:3]:
+        await tab.close()
+    await ui.hub.channels.post(operator, channel_id, "after three closed")
+    for tab in tabs[3:]:
+        await expect(tab.locator("#transcript")).to_contain_text("after three closed")
+
+
+async def test_a_remote_members_pending_turn_names_whom_it_waits_for_and_until_when(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent
+) -> None:
+    rem = await make_agent("rem", runtime={"kind": "remote"})
+    channel = await ui.hub.channels.create(
+        operator, ChannelSpec(name="remote-team", members=["rem"], discussion_rounds=1)
+    )
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/channels/{channel.id}")
+    await went_live(page)
+    await ui.hub.channels.post(operator, channel.id, "rem, your view?")
+    turn = await ui.hub.turns.next(rem.principal, timeout_s=15)
+    assert turn is not None
+    task = page.locator("#tasks .task").first
+    waiting = task.locator(".waiting")
+    await expect(waiting).to_have_attribute("data-waiting-for", "rem")
+    await expect(waiting).to_contain_text("its turn in round 1")
+    await expect(waiting.locator("time.until")).to_have_attribute(
+        "datetime", turn.deadline.isoformat()
+    )
+    # The overview names it too.
+    overview = await ui.context.new_page()
+    await overview.goto(f"{ui.url}/ui/")
+    await expect(overview.locator("#running-h + ul .waiting")).to_contain_text("rem")
+    await ui.hub.turns.speak(rem.principal, turn.id, "ship it")
+    await expect(task).to_have_attribute("data-status", "finished")
+    await expect(task.locator(".waiting")).to_have_count(0)
+
+
+async def test_a_discussion_waits_for_its_summary_and_its_forms_go_when_it_is_closed(
+    ui: Browsing,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    tmp_path: Path,
+) -> None:
+    from parley.adapters.runtimes.scripted import ScriptedRuntime
+    from parley.core.runtime import NO_REPLY
+
+    runtimes.set("lead", ScriptedRuntime(lambda turn: NO_REPLY))
+    runtimes.set("rev", ScriptedRuntime(lambda turn: "rev: looks fine"))
+    lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(tmp_path))
+    await make_agent("rev", runtime={"kind": "scripted"}, accepts_channels_from=["lead"])
+    assert lead.principal.work_channel_id is not None
+    channel = await ui.hub.discussions.create_private_channel(
+        lead.principal, "design", ["rev"], lead.principal.work_channel_id, "Pick a queue design"
+    )
+    await ui.hub.tasks.wait_idle()
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/channels/{channel.id}")
+    await went_live(page)
+    await expect(page.locator("#guide")).to_contain_text("Pick a queue design")
+    # Its rounds are over, the discussion is still open: it waits for lead's summary.
+    wait = page.locator("#channel-wait .waiting")
+    await expect(wait).to_have_attribute("data-waiting-for", "lead")
+    await expect(wait).to_contain_text("discuss_callback")
+    await expect(wait).to_contain_text("reminded")
+    await shoot(page, ui.screenshots, "discussion-waiting")
+    post = page.get_by_role("button", name="Post", exact=True)
+    close = page.get_by_role("button", name="Force-close discussion")
+    await expect(post).to_be_visible()
+    await page.get_by_label("Post as operator").fill("typed, not sent")
+    # Closed elsewhere: the page's forms go at once, and why it closed shows beside the tasks.
+    await ui.hub.discussions.force_close(operator, channel.id, "nobody will finish it")
+    await expect(page.locator("#channel-closed")).to_contain_text("nobody will finish it")
+    await expect(post).to_have_count(0)
+    await expect(close).to_have_count(0)
+    await expect(page.locator("#actions-closed")).to_contain_text("closed")
+    await expect(page.locator("#channel-wait")).to_have_count(0)
+
+
+async def test_navigation_marks_the_page_keeps_deep_links_and_answers_unknown_pages(
+    ui: Browsing, operator: Principal
+) -> None:
+    human = await ui.hub.identity.create_human(operator, HumanSpec(id="hana"))
+    channel = await ui.hub.channels.create(operator, ChannelSpec(name="deep", members=["hana"]))
+    channel_id = channel.id
+    # A deep link survives the sign-in.
+    page = await ui.context.new_page()
+    await page.goto(f"{ui.url}/ui/channels/{channel_id}")
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    await page.get_by_label("Token").fill(human.token)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(f"{ui.url}/ui/channels/{channel_id}")
+    # The current page is marked; a human is not offered the operator's event log.
+    nav = page.get_by_role("navigation", name="Main")
+    await expect(nav.get_by_role("link", name="Channels")).to_have_attribute("aria-current", "page")
+    await expect(nav.locator("[aria-current]")).to_have_count(1)
+    await expect(nav.get_by_role("link", name="Events")).to_have_count(0)
+    # Ctrl+Enter posts.
+    await page.get_by_label("Post as hana").fill("sent from the keyboard")
+    await page.get_by_label("Post as hana").press("Control+Enter")
+    await expect(page.locator("#transcript")).to_contain_text("sent from the keyboard")
+    # An unknown page is a page saying so.
+    missing = await page.goto(f"{ui.url}/ui/no/such/page")
+    assert missing is not None and missing.status == 404
+    assert missing.headers["content-type"].startswith("text/html")
+    await expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    # The operator sees the event log, marked when open; the favicon needs no sign-in.
+    browser = ui.context.browser
+    assert browser is not None and ui.hub.operator_token is not None
+    elsewhere = await browser.new_context()
+    try:
+        operator_page = await elsewhere.new_page()
+        await sign_in(operator_page, ui.url, ui.hub.operator_token)
+        await operator_page.get_by_role("link", name="Events").click()
+        await expect(
+            operator_page.get_by_role("navigation", name="Main").get_by_role("link", name="Events")
+        ).to_have_attribute("aria-current", "page")
+    finally:
+        await elsewhere.close()
+    async with httpx.AsyncClient() as client:
+        icon = await client.get(f"{ui.url}/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
