@@ -213,3 +213,60 @@ async def test_navigation_marks_the_page_keeps_deep_links_and_answers_unknown_pa
     async with httpx.AsyncClient() as client:
         icon = await client.get(f"{ui.url}/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
+
+
+async def test_the_event_log_pages_newest_first_with_linked_subjects(
+    ui: Browsing, operator: Principal
+) -> None:
+    made = [
+        await ui.hub.channels.create(operator, ChannelSpec(name=f"c{n:02d}", members=[]))
+        for n in range(60)
+    ]
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/events?type=channel.created")
+    rows = page.locator("#events tbody tr")
+    await expect(rows).to_have_count(50)
+    # Newest first, each subject a link to its page.
+    newest = rows.first.get_by_role("link", name=f"channel …{made[-1].id[-6:]}")
+    await expect(newest).to_be_visible()
+    await page.get_by_role("link", name="Older events").click()
+    await expect(rows).to_have_count(10)
+    await expect(rows.last.get_by_role("link")).to_have_attribute(
+        "href", f"/ui/channels/{made[0].id}"
+    )
+    await expect(page.get_by_role("link", name="Older events")).to_have_count(0)
+    await page.get_by_role("link", name="Newest events").click()
+    await expect(rows).to_have_count(50)
+    await rows.first.get_by_role("link", name=f"channel …{made[-1].id[-6:]}").click()
+    await expect(page.get_by_role("heading", name="c59")).to_be_visible()
+
+
+async def test_on_a_phone_tables_are_cards_and_nothing_is_clipped(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent
+) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        await make_agent(name, runtime={"kind": "scripted"})
+    for n in range(60):
+        await ui.hub.channels.create(operator, ChannelSpec(name=f"p{n:02d}", members=[]))
+    page = await ui.signed_in()
+    await page.set_viewport_size({"width": 390, "height": 844})
+
+    async def fits(where: str) -> None:
+        # Every cell of the table lies inside the page's width: no column is cut off.
+        overflow = await page.evaluate(
+            """(sel) => [...document.querySelectorAll(sel + ' td')].filter(
+                (td) => td.getBoundingClientRect().right > window.innerWidth + 0.5).length""",
+            where,
+        )
+        assert overflow == 0, where
+        assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    await expect(page.locator("#agents-h + table td[data-label=Blockers]").first).to_be_visible()
+    await fits("#agents-h + table")
+    await shoot(page, ui.screenshots, "overview")
+    await page.goto(f"{ui.url}/ui/events")
+    await expect(page.locator("#events tbody tr")).to_have_count(50)
+    await fits("#events")
+    # A page of the log is a page, not a scroll of every event.
+    height = await page.evaluate("document.documentElement.scrollHeight")
+    assert height < 20_000, height
