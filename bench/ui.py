@@ -117,8 +117,9 @@ async def measure(backend: str, quick: bool, posts: int | None) -> dict[str, Any
         context = await browser.new_context(viewport={"width": 1280, "height": 860})
         page = await context.new_page()
         await _sign_in(page, hub.url, hub.operator_token)
-        async with page.expect_response(lambda r: "/live" in r.url):
-            await page.goto(f"{hub.url}/ui/channels/{channel_id}")
+        await page.goto(f"{hub.url}/ui/channels/{channel_id}")
+        # Live once the page's stream, carried by the browser's shared stream, has opened.
+        await page.wait_for_selector("[sse-connect][data-live=open]", state="attached")
         await page.evaluate(OBSERVE)
         samples = await _post_to_dom(page, hub.url, channel_id, agent_token, count)
         progress(f"post → DOM: median {statistics.median(samples):.1f} ms")
