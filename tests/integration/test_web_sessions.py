@@ -167,7 +167,8 @@ async def test_a_rotated_token_ends_its_sessions(
     assert (await app_client.get("/ui/channels")).status_code == 200
     await hub.identity.issue_token(operator, "hana", rotate=True)
     r = await app_client.get("/ui/channels")
-    assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
+    # Signed out, with the way back to the page asked for.
+    assert r.status_code == 303 and r.headers["location"] == "/ui/signin?next=%2Fui%2Fchannels"
     sessions = app_client.app.state.web_sessions  # type: ignore[attr-defined]
     assert sessions._sessions == {}
 
@@ -316,3 +317,44 @@ async def test_every_action_needs_the_csrf_token(app_client: httpx.AsyncClient, 
         concrete = re.sub(r"\{[a-z_]+\}", "x", path)
         r = await app_client.post(f"/ui{concrete}", data={"content": "x"}, headers=ORIGIN)
         assert r.status_code == 403 and "CSRF" in r.text, path
+
+
+async def test_a_sign_in_goes_back_only_to_a_page_of_this_ui(
+    app_client: httpx.AsyncClient, hub: Hub
+) -> None:
+    assert hub.operator_token is not None
+    r = await app_client.get("/ui/workers?after=w-1")
+    assert r.headers["location"] == "/ui/signin?next=%2Fui%2Fworkers%3Fafter%3Dw-1"
+    form = await app_client.get("/ui/signin?next=%2Fui%2Fworkers%3Fafter%3Dw-1")
+    assert 'name="next" value="/ui/workers?after=w-1"' in form.text
+    for wanted, lands in (
+        ("/ui/workers?after=w-1", "/ui/workers?after=w-1"),
+        ("//evil.test/ui/", "/ui/"),
+        ("https://evil.test/ui/x", "/ui/"),
+        ("/ui/\\\\evil.test", "/ui/"),
+        ("/ui/signin", "/ui/"),
+        ("/v1/agents", "/ui/"),
+    ):
+        r = await app_client.post(
+            "/ui/signin", data={"token": hub.operator_token, "next": wanted}, headers=ORIGIN
+        )
+        assert (r.status_code, r.headers["location"]) == (303, lands), wanted
+
+
+async def test_an_unknown_page_is_an_html_404_and_the_icon_needs_no_session(
+    app_client: httpx.AsyncClient, hub: Hub
+) -> None:
+    assert (await app_client.get("/favicon.ico")).headers["content-type"] == "image/svg+xml"
+    await sign_in_operator(app_client, hub)
+    r = await app_client.get("/ui/nothing/here")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "There is no page at" in r.text
+
+
+async def test_the_shared_stream_carries_only_live_pages_of_this_ui(
+    app_client: httpx.AsyncClient, hub: Hub
+) -> None:
+    await sign_in_operator(app_client, hub)
+    for foreign in ("https://evil.test/ui/x/live", "/v1/agents", "/ui/live", "/ui/channels"):
+        r = await app_client.get("/ui/live", params={"u": foreign})
+        assert r.status_code == 400 and "invalid_request" in r.text, foreign

@@ -159,6 +159,7 @@ GET /ui/channels
 GET /ui/channels/live
 GET /ui/channels/{channel_id}
 GET /ui/channels/{channel_id}/live
+GET /ui/channels/{channel_id}/older
 GET /ui/events
 GET /ui/events/live
 GET /ui/mail
@@ -168,6 +169,7 @@ GET /ui/meetings
 GET /ui/meetings/live
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
+GET /ui/meetings/{meeting_id}/older
 GET /ui/overview/live
 GET /ui/signin
 GET /ui/signin/link
@@ -176,6 +178,8 @@ GET /ui/workers
 GET /ui/workers/live
 GET /ui/workers/{worker_id}
 GET /ui/workers/{worker_id}/live
+GET /ui/live
+GET /ui/{rest:path}
 POST /ui/channels/{channel_id}/close
 POST /ui/channels/{channel_id}/post
 POST /ui/meetings/convene
@@ -186,6 +190,8 @@ POST /ui/signout
 POST /ui/tasks/{task_id}/cancel
 POST /ui/workers/start
 POST /ui/workers/{worker_id}/cancel
+POST /ui/workers/{worker_id}/release
+POST /ui/workers/{worker_id}/resume
 POST /ui/workers/{worker_id}/spawn
 POST /ui/workers/{worker_id}/takeover
 """

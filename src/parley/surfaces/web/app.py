@@ -30,7 +30,7 @@ async def _sign_in_required(request: Request, exc: Exception) -> RedirectRespons
     if request.headers.get("accept", "").startswith("text/event-stream"):
         # A live stream whose session is gone: 401 ends it (the page shows the sign-in link).
         return HTMLResponse("sign in again", status_code=401)
-    if request.method == "GET":
+    if request.method == "GET" and request.url.path != f"{PREFIX}/":
         # Back to the page asked for once signed in (signin.next_page checks it is one of ours).
         wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"{PREFIX}/signin?{urlencode({'next': wanted})}", status_code=303)
