@@ -1,4 +1,5 @@
-"""Live pages: server-sent events carrying HTML fragments for htmx's SSE extension.
+"""Live pages: server-sent events carrying HTML fragments that the page swaps in (``parley.js``;
+a browser's pages receive them over one shared stream, ``shared.py``).
 
 One skeleton for every live view. A view describes what its page shows live: panels (each sent
 again, whole, when something it shows changed) and at most one transcript (new messages appended,
