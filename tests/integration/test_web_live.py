@@ -68,7 +68,9 @@ async def served(hub: Hub) -> AsyncIterator[Served]:
 def unread(overview: str, agent_id: str) -> str:
     """The unread count of ``agent_id`` in an overview panel."""
     found = re.search(
-        rf'owner={agent_id}">{agent_id}</a>.*?</span></td>\s*<td>([^<]*)</td>', overview, re.S
+        rf'owner={agent_id}">{agent_id}</a>.*?</span></td>\s*<td data-label="Unread">([^<]*)</td>',
+        overview,
+        re.S,
     )
     assert found is not None, overview
     return found.group(1)

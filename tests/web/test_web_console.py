@@ -263,7 +263,6 @@ async def test_on_a_phone_tables_are_cards_and_nothing_is_clipped(
 
     await expect(page.locator("#agents-h + table td[data-label=Blockers]").first).to_be_visible()
     await fits("#agents-h + table")
-    await shoot(page, ui.screenshots, "overview")
     await page.goto(f"{ui.url}/ui/events")
     await expect(page.locator("#events tbody tr")).to_have_count(50)
     await fits("#events")
