@@ -34,13 +34,16 @@ from parley.surfaces.web.feeds import ENDED, notice
 
 router = APIRouter()
 
-MAX_STREAMS = 64
+MAX_STREAMS = 32
 """Page streams one shared stream may carry (the session's own bound applies to each)."""
 REPLACE_WAIT_S = 2.0
 """How long a new shared stream waits for the one it replaces to let its page streams go (or
 for one of its own to answer) before it goes on regardless."""
 RETRY_S = 1.0
-"""How soon a page stream that could not open, or closed without ending, is tried again."""
+"""How soon a page stream that could not open, or closed without ending, is tried again; each
+refusal in a row doubles it, up to ``RETRY_MAX_S`` (a browser opens the shared stream again
+anyway when one of its pages closes, which is when a refused stream may fit)."""
+RETRY_MAX_S = 30.0
 KEPT_HEADERS = {b"cookie", b"host", b"user-agent", b"origin", b"x-forwarded-for"}
 """The browser's headers a page stream sees (no Accept-Encoding: the relay reads plain text)."""
 
@@ -136,6 +139,7 @@ class _Relay:
             self.done.set()
 
     async def _run(self) -> None:
+        refusals = 0
         while not self.stop.is_set() and not self.ended:
             status, retry = await self._once()
             self.started.set()
@@ -147,10 +151,15 @@ class _Relay:
             if status not in (200, 429):
                 self.put(ENDED, notice(f"This page stopped updating (HTTP {status})."))
                 return
+            wait = RETRY_S
             if status == 429:
                 self.put("_notlive")
+                wait = min(max(retry, RETRY_S) * 2**refusals, RETRY_MAX_S)
+                refusals += 1
+            else:
+                refusals = 0
             try:
-                async with asyncio.timeout(min(retry, RETRY_S) if status == 429 else RETRY_S):
+                async with asyncio.timeout(wait):
                     await self.stop.wait()
             except TimeoutError:
                 pass
