@@ -49,7 +49,10 @@ async def _rooms(hub: Hub, viewer: Principal, after: str | None) -> dict[str, An
         with contextlib.suppress(PermissionDenied):
             status = await hub.meetings.status(viewer, room_id=room.id, meeting_id=None, recent=0)
             members, meeting = status.members, status.meeting
-        rooms.append({"room": room, "members": members, "meeting": meeting})
+        waits = []
+        if meeting is not None and meeting.status == "running":
+            waits = meeting_waits(await pending_turns(hub, channel_id=meeting.channel_id))
+        rooms.append({"room": room, "members": members, "meeting": meeting, "waits": waits})
     following = found.rows[-1].id if found.more and found.rows else None
     return {"rooms": rooms, "after": after, "following": following}
 
