@@ -144,6 +144,21 @@ class CancelSignal(Protocol):
 
 
 @dataclass(frozen=True)
+class HubAccess:
+    """How a command-line agent reaches the hub from inside its turn: the hub's MCP endpoint
+    and the token the hub issued for this turn, valid while a turn of the session runs. A call
+    made with it is made from the turn (its channel, its worker)."""
+
+    mcp_url: str
+    token: str
+
+    @property
+    def base_url(self) -> str:
+        """The hub's address without the ``/mcp`` path (the REST API's base)."""
+        return self.mcp_url.removesuffix("/mcp")
+
+
+@dataclass(frozen=True)
 class Turn:
     """One request to one agent to speak once."""
 
@@ -165,6 +180,9 @@ class Turn:
     tools: ToolBox | None = None
     # Where ``report_state`` goes; None when the caller keeps no runtime state.
     state_sink: Callable[[dict[str, Any]], None] | None = None
+    # The hub's MCP endpoint and this turn's token, for a command-line agent (None when the
+    # hub does not listen, or for other runtimes).
+    hub: HubAccess | None = None
 
     def report_state(self, state: dict[str, Any]) -> None:
         """Hand the hub new runtime state as soon as the runtime learns it, before the turn

@@ -45,8 +45,10 @@ def claude_code_argv(
 ) -> list[str]:
     """The command line of Claude Code in bidirectional stream-json mode.
 
-    stream-json output requires ``--verbose``. ``--resume=<session id>`` binds the id to the
-    flag, so an id can never be read as another flag.
+    stream-json output requires ``--verbose``. ``--replay-user-messages`` makes Claude Code
+    echo each user frame it takes (with the frame's ``uuid``): a message pushed into a running
+    turn is known to be taken before that turn's result is trusted. ``--resume=<session id>``
+    binds the id to the flag, so an id can never be read as another flag.
     """
     argv = [
         executable,
@@ -56,6 +58,7 @@ def claude_code_argv(
         "--input-format",
         "stream-json",
         "--verbose",
+        "--replay-user-messages",
     ]
     if model:
         argv += ["--model", model]

@@ -41,8 +41,8 @@ class ClaudeSessions:
     def __init__(
         self,
         *,
-        argv_for: Callable[[str | None], list[str]],
-        env: Callable[[], dict[str, str]],
+        argv_for: Callable[[str | None, Turn], list[str]],
+        env: Callable[[Turn], dict[str, str]],
         cwd: str | None,
         kill_grace_s: float,
         idle_s: float,
@@ -141,10 +141,10 @@ class ClaudeSessions:
 
     async def _start(self, turn: Turn, resume: str | None) -> LiveClaude:
         return await LiveClaude.start(
-            self._argv_for(resume),
+            self._argv_for(resume, turn),
             resumed_from=resume,
             cwd=self._cwd or turn.agent.workspace,
-            env=self._env(),
+            env=self._env(turn),
             kill_grace_s=self._kill_grace_s,
         )
 

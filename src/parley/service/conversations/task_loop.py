@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -37,6 +37,8 @@ from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import (
     NO_REPLY,
     AgentProfile,
+    HubAccess,
+    Prompt,
     ToolBox,
     TranscriptEntry,
     Turn,
@@ -47,6 +49,7 @@ from parley.service.conversations.session_state import StateKeeper
 from parley.service.conversations.task_hooks import TaskHooks
 from parley.service.conversations.transcripts import Transcripts, channel_topic, check_content
 from parley.service.identity import Identity
+from parley.service.turn_access import TurnBinding
 
 log = logging.getLogger("parley.tasks")
 
@@ -274,8 +277,41 @@ class TaskLoop:
             session.runtime_state,
             lambda new: self._save_runtime_state(ctx, kept, new),
         )
+        with self._hub_access(agent, task.channel_id, session.id) as access:
+            return await self._call(
+                live, ctx, runtime, agent, session, prompt, trace, state, access, number
+            )
+
+    @contextlib.contextmanager
+    def _hub_access(
+        self, agent: Principal, channel_id: str, session_id: str
+    ) -> Iterator[HubAccess | None]:
+        """A command-line agent's way back to the hub for the turn: the MCP endpoint and a
+        token bound to this turn, ended with it (:mod:`parley.service.turn_access`)."""
+        access = self.identity.turn_access
+        if agent.runtime_kind != "command" or access.mcp_url is None:
+            yield None
+            return
+        with access.open(TurnBinding(agent.id, channel_id, session_id)) as token:
+            yield HubAccess(mcp_url=access.mcp_url, token=token)
+
+    async def _call(
+        self,
+        live: LiveTask,
+        ctx: _Context,
+        runtime: Runtime,
+        agent: Principal,
+        session: LogicalSession,
+        prompt: Prompt,
+        trace: _TraceBase,
+        state: StateKeeper,
+        access: HubAccess | None,
+        number: int,
+    ) -> TurnOutcome:
+        task = live.task
+        clock = self.ctx.clock
         turn = Turn(
-            invocation_id=invocation_id,
+            invocation_id=trace.invocation_id,
             agent=AgentProfile(
                 id=agent.id,
                 display_name=agent.display_name,
@@ -294,6 +330,7 @@ class TaskLoop:
             runtime_state=dict(session.runtime_state),
             tools=self.toolbox_for(agent, task.channel_id, session.id),
             state_sink=state.report,
+            hub=access,
         )
         try:
             if self.before_call is not None:
