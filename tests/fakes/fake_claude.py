@@ -21,9 +21,9 @@ The mode is the first argument when it is not a flag, else ``$FAKE_CLAUDE_MODE``
 - ``deaf``: like ``slow``, but an interrupt is read and ignored.
 - ``spawn``: call the hub's ``spawn_child`` tool over MCP (the server ``parley`` of the
   ``--mcp-config`` file, read when the process starts, as Claude Code reads it) with the prompt
-  ``Sub-task: <last line>`` (a turn whose text has ``Sub-task:`` just replies), report ``spawned <child worker id> <its parent> <config file>
-  <its mode>`` (or
-  ``spawn-failed <why>``), and reply ``spawned <child worker id>``.
+  ``Sub-task: <last line>`` (a turn whose text has ``Sub-task:`` just replies), report
+  ``spawned <child worker id> <its parent> <config file> <its mode>`` (or ``spawn-failed
+  <why>``), and reply ``spawned <child worker id>``.
 
 A user frame that arrives while a turn runs (``slow``) is taken into that turn, as Claude Code
 takes a message typed while it works: with ``--replay-user-messages`` it is echoed on stdout as

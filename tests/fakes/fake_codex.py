@@ -27,6 +27,7 @@ reports ``login <pid>`` for a login check and ``turn <pid> <thread id> new|resum
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -124,7 +125,7 @@ def items(last_line: str) -> None:
 def mcp_server(args: list[str]) -> dict[str, str]:
     """The ``mcp_servers.parley.*`` overrides of the command line (TOML string values)."""
     server: dict[str, str] = {}
-    for flag, value in zip(args, args[1:], strict=False):
+    for flag, value in itertools.pairwise(args):
         prefix = "mcp_servers.parley."
         if flag == "-c" and value.startswith(prefix):
             key, _, raw = value[len(prefix) :].partition("=")
