@@ -162,6 +162,9 @@ class Workers(WorkerRecords):
             )
         elif end in ("deleted", "closed"):
             await self.move(tx, worker, "killed", actor="system", reason=f"channel {end}")
+        if end in ("replied", "dormant", "failed"):
+            # A result its parent blocked on, held back while this turn ran, wakes it now.
+            await worker_results.wake_after_turn(self, tx, await self.load(tx, worker.id))
 
     async def _reply_of(self, tx: Tx, task: Task) -> ChannelMessage | None:
         c = tx.table("channel_messages").c
