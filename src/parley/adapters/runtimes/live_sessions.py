@@ -122,7 +122,9 @@ class ClaudeSessions:
         request_id = f"parley-{turn.invocation_id}"
         text = turn.prompt.render()
         try:
-            return await live.turn(text, turn.cancel, request_id, turn.report_state)
+            return await live.turn(
+                text, turn.cancel, request_id, turn.report_state, turn.live_input
+            )
         except RuntimeFailure as exc:
             if live.resumed_from is None or not is_stale_session(exc):
                 raise
@@ -135,7 +137,9 @@ class ClaudeSessions:
             doomed.append(live)
             fresh = await self._start(turn, None)
             self._live[turn.session_id] = fresh
-            return await fresh.turn(text, turn.cancel, request_id, turn.report_state)
+            return await fresh.turn(
+                text, turn.cancel, request_id, turn.report_state, turn.live_input
+            )
 
         return await start_afresh(self._route, stale, afresh)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -42,6 +42,7 @@ from parley.core.runtime import (
     ToolBox,
     TranscriptEntry,
     Turn,
+    TurnInput,
     TurnResult,
 )
 from parley.service.context import ServiceContext
@@ -331,14 +332,18 @@ class TaskLoop:
             tools=self.toolbox_for(agent, task.channel_id, session.id),
             state_sink=state.report,
             hub=access,
+            # A command agent's CLI may take input while its turn runs (Claude Code does).
+            live_input=TurnInput() if agent.runtime_kind == "command" else None,
         )
         try:
             if self.before_call is not None:
                 await self.before_call(turn)
             result: TurnResult | None = None
+            beside = [asyncio.ensure_future(watch(turn)) for watch in self.hooks.running]
             try:
                 result = await runtime.respond(turn)
             finally:
+                await _stop_all(beside)
                 # What the runtime reported is stored however the turn ended (a takeover, a
                 # cancel, the hub stopping), before the next turn can read it; the result's
                 # state has the last word.
@@ -618,6 +623,15 @@ class _TraceBase:
     route: str = ""
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
+
+
+async def _stop_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel what ran beside a turn and wait for it; its failure is logged, never the turn's."""
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.warning("work beside a turn failed: %r", outcome)
 
 
 def _failure_facts(failure: RuntimeFailure) -> dict[str, float]:

@@ -23,6 +23,7 @@ from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id
 from parley.core.limits import json_bytes
 from parley.core.ports import Tx
+from parley.core.runtime import Turn
 from parley.core.workers import Artifact, Worker, WorkerResult
 from parley.service.context import ServiceContext
 from parley.service.conversations.channels import Channels
@@ -32,6 +33,7 @@ from parley.service.mail.mailbox import Mail
 from parley.service.quotas import Ticket
 from parley.service.workers import control as worker_control
 from parley.service.workers import limits as worker_limits
+from parley.service.workers import live_mail
 from parley.service.workers import results as worker_results
 from parley.service.workers import views as worker_views
 from parley.service.workers.records import (
@@ -64,6 +66,11 @@ class Workers(WorkerRecords):
         tasks.hooks.on_started(self.on_task_started)
         tasks.hooks.on_finished(self.on_task_finished)
         tasks.hooks.on_taken_over(self.on_task_taken_over)
+        tasks.hooks.while_running(self.push_mail_while_running)
+
+    async def push_mail_while_running(self, turn: Turn) -> None:
+        """Session mail that arrives while a turn runs goes into it, if its CLI takes input."""
+        await live_mail.push_while_running(self, turn)
 
     async def on_task_started(self, tx: Tx, channel: Channel, task: Task) -> None:
         """A turn started in a worker's channel: the worker runs, with this turn as its span."""
