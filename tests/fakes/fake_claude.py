@@ -29,7 +29,10 @@ A user frame that arrives while a turn runs (``slow``) is taken into that turn, 
 takes a message typed while it works: with ``--replay-user-messages`` it is echoed on stdout as
 a ``user`` event carrying the frame's ``uuid`` (``isReplay``), the report connection gets
 ``mail <pid> <its first line>``, and the turn's reply names it (``heard: <last line> + <n>
-more``).
+more``). With ``$FAKE_CLAUDE_QUEUE=1`` such a frame is queued instead, as Claude Code queues a
+message that comes too late for the running turn: the turn ends with its own result, then the
+frame is echoed and, once the test says ``go`` again, answered by a turn of its own (``heard:
+<its last line>``).
 
 With ``$FAKE_READY_PORT`` the fake reports to 127.0.0.1:<port>: ``turn <pid> <n> <session>``
 when it starts its n-th turn (in ``slow``/``deaf`` once the partial message is out),
@@ -338,6 +341,7 @@ def take_mail(session: Session, inputs: Inputs, frame: dict[str, Any]) -> str:
 
 def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) -> bool:
     taken = 0
+    queued: list[dict[str, Any]] = []
     while True:
         kind, frame = inputs.next()
         if kind == "eof":
@@ -346,8 +350,19 @@ def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) ->
             more = f" + {taken} more" if taken else ""
             session.assistant(f"heard: {last_line}{more}")
             session.result(f"heard: {last_line}{more}")
+            for later in queued:  # each queued message gets a turn of its own
+                text = take_mail(session, inputs, later)
+                while inputs.next()[0] != "go":  # held until the test says go again
+                    continue
+                session.init()
+                session.assistant(f"heard: {text.strip().splitlines()[-1]}")
+                session.result(f"heard: {text.strip().splitlines()[-1]}")
             return False
         if kind == "frame" and frame.get("type") == "user":
+            if os.environ.get("FAKE_CLAUDE_QUEUE") == "1":
+                queued.append(frame)
+                inputs.report(f"queued {os.getpid()}")
+                continue
             take_mail(session, inputs, frame)
             taken += 1
             continue
