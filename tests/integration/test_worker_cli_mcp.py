@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from parley.core.errors import Unauthenticated
@@ -26,7 +27,16 @@ from parley.service.workers.records import StartSpec
 from parley.surfaces.rest.app import create_app
 from tests.conftest import MakeAgent
 from tests.fakes.ready import ReadyListener
-from tests.integration.mcp_support import serving
+from parley.testing import StaticRuntimes
+from tests.integration.mcp_support import (
+    INITIALIZE,
+    MCP_HEADERS,
+    data,
+    http_client,
+    refusal,
+    serving,
+)
+from tests.integration.test_workers import scripted
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
@@ -130,3 +140,48 @@ async def test_spawn_child_over_mcp_from_a_codex_turn_spawns_below_that_turns_wo
     assert line[2] == worker.id
     await hub.tasks.wait_idle()
     assert line[1] in (await hub.workers.get(operator, worker.id)).children_worker_ids
+
+
+async def test_a_turn_token_acts_from_its_turn_and_ends_with_it(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    listening: str,
+) -> None:
+    lead = await scripted(make_agent, runtimes, "lead")
+    working = lead.gate("Audit it")
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit it"))
+    await lead.started["Audit it"].wait()
+    binding = TurnBinding("lead", root.channel_id, root.session_id)
+    with hub.identity.turn_access.open(binding) as token:
+        async with http_client(f"{listening}/mcp?profile=workers", token) as client:
+            child = data(await client.call_tool("spawn_child", {"prompt": "Check the lexer"}))
+            assert child["parent_worker_id"] == root.id
+            # A tool that would wait for another turn is refused from inside one.
+            refused = refusal(await client.call_tool("wait_for_turn", {"timeout_s": 0}))
+            assert refused["code"] == "not_in_a_turn"
+            who = data(await client.call_tool("whoami", {}))
+            assert who["id"] == "lead"
+    # Ended with the turn: the same token no longer opens anything.
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(
+            f"{listening}/mcp?profile=workers",
+            json=INITIALIZE,
+            headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+        )
+    assert answer.status_code == 401
+    working.set()
+    await hub.tasks.wait_idle()
+
+
+async def test_rotating_an_agents_tokens_ends_its_turn_tokens(
+    hub: Hub, operator: Principal, make_agent: MakeAgent
+) -> None:
+    await make_agent("lead")
+    binding = TurnBinding("lead", "ch-1", "vs-1")
+    with hub.identity.turn_access.open(binding) as token:
+        assert (await hub.identity.authenticate(token)).id == "lead"
+        await hub.identity.issue_token(operator, "lead", rotate=True)
+        with pytest.raises(Unauthenticated):
+            await hub.identity.authenticate(token)
