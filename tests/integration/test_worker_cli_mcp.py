@@ -25,9 +25,9 @@ from parley.service.hub import Hub
 from parley.service.turn_access import TurnBinding
 from parley.service.workers.records import StartSpec
 from parley.surfaces.rest.app import create_app
+from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.fakes.ready import ReadyListener
-from parley.testing import StaticRuntimes
 from tests.integration.mcp_support import (
     INITIALIZE,
     MCP_HEADERS,
