@@ -18,7 +18,9 @@ import pytest
 
 from parley.core.identity import Principal
 from parley.core.mail import SendRequest
+from parley.core.runtime import TurnInput
 from parley.service.hub import Hub
+from parley.service.workers import live_mail
 from parley.service.workers.records import SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
@@ -126,3 +128,29 @@ async def test_a_childs_result_is_pushed_into_its_blocked_parents_live_turn(
     assert len(replies) == 1 and replies[0].endswith(" + 1 more")
     assert (await hub.workers.get(operator, worker.id)).state == "idle"
     await hub.runtimes.aclose()
+
+
+async def test_mail_the_turn_no_longer_takes_goes_back_to_pending_for_the_next_turn(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    await scripted(make_agent, runtimes, "coder")
+    worker = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="Port it"))
+    await hub.tasks.wait_idle()
+    sent = await hub.mail.send(
+        operator,
+        SendRequest(to=f"session:{worker.session_id}", kind="info", subject="s", body="b"),
+    )
+    ended = TurnInput()
+
+    async def refuse(text: str) -> bool:
+        assert (await hub.mail.get(operator, sent.message.id)).status == "delivered"  # claimed
+        return False  # the turn ended between the claim and the push
+
+    ended.open(refuse)
+    assert await live_mail.push_pending(hub.workers, worker, ended) == 0
+    assert (await hub.mail.get(operator, sent.message.id)).status == "pending"
+    assert "worker.mail_not_taken" in await events_of(hub, f"worker:{worker.id}")
+    # The next turn reads it in its mail block.
+    await hub.workers.resume(operator, worker.id)
+    await hub.tasks.wait_idle()
+    assert (await hub.mail.get(operator, sent.message.id)).status == "delivered"

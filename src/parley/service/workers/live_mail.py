@@ -26,6 +26,7 @@ from parley.core.ports import Tx
 from parley.core.runtime import Turn, TurnInput
 from parley.core.workers import Worker
 from parley.service.mail.mailbox import inbox_topic
+from parley.service.workers import results as worker_results
 from parley.service.workers.records import WorkerRecords
 
 log = logging.getLogger("parley.service.workers")
@@ -68,19 +69,26 @@ async def push_pending(workers: WorkerRecords, worker: Worker, live: TurnInput) 
     """Push the session's pending mail into the live turn; how many messages it took."""
     if not live.is_open:
         return 0
-    claimed = await workers.ctx.store.write(lambda tx: _claim(workers, tx, worker))
+    claimed, unblocked = await workers.ctx.store.write(lambda tx: _claim(workers, tx, worker))
     if not claimed:
         return 0
     text = wk.mail_block([(m.kind, m.from_id, m.subject, m.body) for m in claimed], live=True)
     if await live.push(text):
-        await workers.ctx.store.write(lambda tx: _taken(workers, tx, worker, claimed))
         return len(claimed)
-    # The turn ended before it took the mail: the next turn reads it.
-    await workers.ctx.store.write(lambda tx: _give_back(tx, claimed))
+    # The turn ended before it took the mail: the next turn reads it. Shielded: a claim left
+    # standing would hide the mail from every later turn.
+    await asyncio.shield(
+        workers.ctx.store.write(lambda tx: _give_back(workers, tx, worker, claimed, unblocked))
+    )
     return 0
 
 
-async def _claim(workers: WorkerRecords, tx: Tx, worker: Worker) -> list[Message]:
+async def _claim(
+    workers: WorkerRecords, tx: Tx, worker: Worker
+) -> tuple[list[Message], str | None]:
+    """Mark the pending session mail delivered, and the worker no longer blocked when the
+    result it waits for is among it, in one commit before the push: whoever sees the mail as
+    delivered sees the worker unblocked too."""
     m = tx.table("messages").c
     rows: list[Message] = await tx.select(
         "messages",
@@ -93,34 +101,60 @@ async def _claim(workers: WorkerRecords, tx: Tx, worker: Worker) -> list[Message
         limit=BATCH,
     )
     if not rows:
-        return []
+        return [], None
     marked = set(await tx.mark_delivered([r.id for r in rows], workers.ctx.clock.now()))
-    return [r for r in rows if r.id in marked]
-
-
-async def _taken(workers: WorkerRecords, tx: Tx, worker: Worker, taken: list[Message]) -> None:
-    ids = [m.id for m in taken]
+    claimed = [r for r in rows if r.id in marked]
+    if not claimed:
+        return [], None
     workers.ctx.events.record(
         tx,
         "worker.mail_pushed",
         actor="system",
         subject=f"worker:{worker.id}",
-        payload={"message_ids": ids, "kinds": sorted({m.kind for m in taken})},
+        payload={
+            "message_ids": [c.id for c in claimed],
+            "kinds": sorted({c.kind for c in claimed}),
+        },
         trace_id=worker.trace_id,
         span_id=worker.span_id,
     )
     current: Worker | None = await tx.get("workers", worker.id, for_update=True)
-    if current is None or current.blocked_on_message_id is None:
-        return
-    results = {m.correlation_id for m in taken if m.kind == "task-result"}
-    if current.blocked_on_message_id in results:
-        # The result it blocked on was read in this turn: nothing is left to wake it for.
-        await tx.update("workers", worker.id, blocked_on_message_id=None)
-        workers.publish(tx, current.model_copy(update={"blocked_on_message_id": None}))
+    results = {c.correlation_id for c in claimed if c.kind == "task-result"}
+    blocked_on = current.blocked_on_message_id if current is not None else None
+    if current is None or blocked_on is None or blocked_on not in results:
+        return claimed, None
+    # The result it blocked on is read in this turn: nothing is left to wake it for.
+    await tx.update("workers", worker.id, blocked_on_message_id=None)
+    workers.publish(tx, current.model_copy(update={"blocked_on_message_id": None}))
+    return claimed, blocked_on
 
 
-async def _give_back(tx: Tx, claimed: list[Message]) -> None:
+async def _give_back(
+    workers: WorkerRecords,
+    tx: Tx,
+    worker: Worker,
+    claimed: list[Message],
+    unblocked: str | None,
+) -> None:
     for message in claimed:
         row: Message | None = await tx.get("messages", message.id, for_update=True)
         if row is not None and row.status == "delivered":
             await tx.update("messages", message.id, status="pending", delivered_at=None)
+    workers.ctx.events.record(
+        tx,
+        "worker.mail_not_taken",
+        actor="system",
+        subject=f"worker:{worker.id}",
+        payload={"message_ids": [c.id for c in claimed]},
+        trace_id=worker.trace_id,
+    )
+    if unblocked is None:
+        return
+    current: Worker | None = await tx.get("workers", worker.id, for_update=True)
+    if current is None or current.terminal or current.blocked_on_message_id is not None:
+        return
+    await tx.update("workers", worker.id, blocked_on_message_id=unblocked)
+    current = current.model_copy(update={"blocked_on_message_id": unblocked})
+    workers.publish(tx, current)
+    # Its turn may have ended meanwhile: then the result wakes it now, as at a turn's end.
+    await worker_results.wake_after_turn(workers, tx, current)
