@@ -159,6 +159,8 @@ class FakeResponsesServer(FakeOpenAIServer):
                 "name": call.name,
                 "arguments": "",
             }
+            if call.namespace is not None:
+                item["namespace"] = call.namespace
             done = {**item, "status": "completed", "arguments": arguments}
             done_items.append(done)
             events += [

@@ -56,17 +56,19 @@ def spawning_model(tool_names: Any, answered: Any) -> Any:
             return FakeReply(text="The lexer is fine.")
         if answered(body):
             return FakeReply(text="Spawned the sub-task.")
-        names = [n for n in tool_names(body) if n.endswith("spawn_child")]
+        names = [n for n in tool_names(body) if n[1].endswith("spawn_child")]
         if not names:
             return FakeReply(text="No spawn_child tool was offered.")
+        namespace, name = names[0]
         arguments = {"prompt": SUB_TASK, "inherit_context": False}
-        return FakeReply(text="", calls=[FakeCall(names[0], arguments)])
+        return FakeReply(text="", calls=[FakeCall(name, arguments, namespace)])
 
     return respond
 
 
-def anthropic_tools(body: dict[str, Any]) -> list[str]:
-    return [str(t.get("name")) for t in body.get("tools") or ()]
+def anthropic_tools(body: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """Claude Code names an MCP tool ``mcp__<server>__<tool>``."""
+    return [(None, str(t.get("name"))) for t in body.get("tools") or ()]
 
 
 def anthropic_answered(body: dict[str, Any]) -> bool:
@@ -77,8 +79,15 @@ def anthropic_answered(body: dict[str, Any]) -> bool:
     )
 
 
-def responses_tools(body: dict[str, Any]) -> list[str]:
-    return [str(t.get("name")) for t in body.get("tools") or ()]
+def responses_tools(body: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """Codex offers an MCP server's tools inside a namespace ``mcp__<server>``."""
+    names: list[tuple[str | None, str]] = []
+    for tool in body.get("tools") or ():
+        if tool.get("type") == "namespace":
+            names += [(str(tool.get("name")), str(t.get("name"))) for t in tool.get("tools") or ()]
+        else:
+            names.append((None, str(tool.get("name"))))
+    return names
 
 
 def responses_answered(body: dict[str, Any]) -> bool:
@@ -150,6 +159,8 @@ async def test_real_codex_spawns_over_mcp_below_its_turns_worker(
             "env": private_home(tmp_path),
             "cwd": str(tmp_path),
             "extra_args": provider,
+            # A model Codex knows the family of: for an unknown one it offers no tools at all.
+            "model": "gpt-5.1-codex",
         }
         await make_agent("coder", runtime=runtime)
         worker = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="Audit"))
