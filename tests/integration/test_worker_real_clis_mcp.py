@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from parley.adapters.runtimes import guard
+from parley.adapters.runtimes.command import CommandRuntime
 from parley.core.identity import Principal
 from parley.service.hub import Hub
 from parley.service.workers.records import StartSpec
@@ -72,11 +73,11 @@ def anthropic_tools(body: dict[str, Any]) -> list[tuple[str | None, str]]:
 
 
 def anthropic_answered(body: dict[str, Any]) -> bool:
-    return any(
-        isinstance(block, dict) and block.get("type") == "tool_result"
-        for message in body.get("messages") or ()
-        for block in (message.get("content") if isinstance(message.get("content"), list) else ())
-    )
+    """Whether the request carries the tool's result: its last message does."""
+    messages = body.get("messages") or [{}]
+    content = messages[-1].get("content")
+    blocks = content if isinstance(content, list) else []
+    return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
 
 
 def responses_tools(body: dict[str, Any]) -> list[tuple[str | None, str]]:
@@ -91,19 +92,23 @@ def responses_tools(body: dict[str, Any]) -> list[tuple[str | None, str]]:
 
 
 def responses_answered(body: dict[str, Any]) -> bool:
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    return any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
+    """Whether the request carries the tool's result: its last input item is it."""
+    items = body.get("input") if isinstance(body.get("input"), list) else [{}]
+    return isinstance(items[-1], dict) and items[-1].get("type") == "function_call_output"
 
 
-async def check_spawned_below(hub: Hub, operator: Principal, worker_id: str) -> None:
+async def check_spawned_below(
+    hub: Hub, operator: Principal, worker_id: str, children: int = 1
+) -> None:
     await hub.tasks.wait_idle()
     parent = await hub.workers.get(operator, worker_id)
-    assert len(parent.children_worker_ids) == 1, parent
-    child = await hub.workers.get(operator, parent.children_worker_ids[0])
-    assert child.parent_worker_id == worker_id
-    async with hub.store.read() as tx:
-        dispatch = await tx.get("messages", child.dispatch_message_id)
-    assert dispatch is not None and SUB_TASK in dispatch.body
+    assert len(parent.children_worker_ids) == children, parent
+    for child_id in parent.children_worker_ids:
+        child = await hub.workers.get(operator, child_id)
+        assert child.parent_worker_id == worker_id
+        async with hub.store.read() as tx:
+            dispatch = await tx.get("messages", child.dispatch_message_id)
+        assert dispatch is not None and SUB_TASK in dispatch.body
 
 
 async def test_real_claude_code_spawns_over_mcp_below_its_turns_worker(
@@ -131,6 +136,15 @@ async def test_real_claude_code_spawns_over_mcp_below_its_turns_worker(
         worker = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="Audit"))
         try:
             await check_spawned_below(hub, operator, worker.id)
+            cli = hub.runtimes.get("coder", {**runtime, "kind": "command"})
+            assert isinstance(cli, CommandRuntime)
+            pid = cli.live_pid(worker.session_id)
+            assert pid is not None
+            # The next turn goes to the same kept-alive process, whose MCP server was given
+            # with the first turn: the session's turn token holds again for this turn.
+            await hub.channels.post(operator, worker.channel_id, "Audit once more")
+            await check_spawned_below(hub, operator, worker.id, children=2)
+            assert cli.live_pid(worker.session_id) == pid
         finally:
             await hub.runtimes.aclose()
 
