@@ -75,3 +75,31 @@ async def test_a_blocked_parents_running_turn_is_not_cut_by_its_childs_result(
     after = await hub.workers.get(operator, root.id)
     assert after.blocked_on_message_id is None and after.state == "idle"
     assert len(lead.turns) == 2
+
+
+async def test_a_result_read_in_a_resumed_turns_mail_block_unblocks_the_parent(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    lead = await scripted(make_agent, runtimes, "lead")
+    helper = await scripted(make_agent, runtimes, "helper")
+    helper.replies = lambda turn: "found 3 flaky tests"
+    lead.gate("Audit the tests")
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit the tests"))
+    await lead.started["Audit the tests"].wait()
+    sub = hub.bus.subscribe([WORKERS_TOPIC])
+    try:
+        child = await hub.workers.spawn(
+            operator,
+            root.id,
+            SpawnSpec(prompt="Find the flaky tests", agent_id="helper", block_parent=True),
+        )
+        await until_state(sub, child.id, "completed")
+    finally:
+        await sub.close()
+    # The parent's turn is cut (a takeover): the result waits for the turn that follows, and
+    # that turn reads it in its mail block, so nothing is left to wake the parent for.
+    await hub.workers.takeover(operator, root.id, "Stop and summarise.", timeout_s=30)
+    await hub.tasks.wait_idle()
+    assert "found 3 flaky tests" in lead.turns[-1].prompt.render()
+    after = await hub.workers.get(operator, root.id)
+    assert after.blocked_on_message_id is None and after.state == "idle"

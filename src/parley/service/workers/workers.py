@@ -87,7 +87,7 @@ class Workers(WorkerRecords):
         }
         # A turn someone else started (a person posting to the worker) reads the session's
         # pending mail too: as a block after its trigger, which its transcript quotes.
-        block = await self.take_session_mail(tx, worker.session_id)
+        block = await self.take_session_mail(tx, worker.session_id, worker)
         if block:
             await self.channels.append(
                 tx,
@@ -97,6 +97,7 @@ class Workers(WorkerRecords):
                 content=block,
                 metadata={"worker_id": worker.id, "pending_mail": True},
             )
+            worker = await self.load(tx, worker.id)  # a result read there unblocked it
         if worker.state == "running":
             await tx.update("workers", worker.id, **values)
             self.publish(tx, worker.model_copy(update=values))
