@@ -270,10 +270,10 @@ class WorkerRecords:
             return ""
         await tx.mark_delivered([r.id for r in rows], self.ctx.clock.now())
         blocked_on = worker.blocked_on_message_id if worker is not None else None
-        if worker is not None and blocked_on is not None:
-            if any(r.kind == "task-result" and r.correlation_id == blocked_on for r in rows):
-                await tx.update("workers", worker.id, blocked_on_message_id=None)
-                self.publish(tx, worker.model_copy(update={"blocked_on_message_id": None}))
+        read = {r.correlation_id for r in rows if r.kind == "task-result"}
+        if worker is not None and blocked_on is not None and blocked_on in read:
+            await tx.update("workers", worker.id, blocked_on_message_id=None)
+            self.publish(tx, worker.model_copy(update={"blocked_on_message_id": None}))
         return wk.mail_block([(r.kind, r.from_id, r.subject, r.body) for r in rows])
 
     async def of_channel(self, tx: Tx, channel_id: str) -> Worker | None:
