@@ -19,6 +19,11 @@ throwaway database):
   own time to stop the interrupted turn (``interrupt_ms`` in the cancelled turn's failure
   details: interrupt frame sent → its result read), which is reported on its own as
   ``cli_interrupt_*``.
+* ``mail_to_live_turn_*``: a root worker whose agent is the fake Claude Code in ``slow`` mode,
+  holding one turn open; from the call that sends mail to the worker's session to the moment
+  the running fake reports that it read the mail as a user message of that turn (the hub
+  claims it, pushes it into the CLI's stdin and the CLI takes it). Also given as
+  ``mail_to_live_turn_ms_p50`` and ``mail_to_live_turn_ms_p99``.
 
 A table goes to stdout, progress to stderr; the last line of stdout is one JSON object with
 every figure.
@@ -48,6 +53,7 @@ from parley.adapters.runtimes.command import CommandRuntime
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.errors import RuntimeFailure
 from parley.core.identity import Principal
+from parley.core.mail import SendRequest
 from parley.core.ports import Runtime, Subscription
 from parley.core.runtime import Turn, TurnResult
 from parley.service.hub import Hub
@@ -73,6 +79,7 @@ class Plan:
     spawns: int
     trees: int
     takeovers: int
+    mails: int
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -83,6 +90,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         spawns=args.spawns or (100 if quick else 1000),
         trees=args.trees or (3 if quick else 10),
         takeovers=args.takeovers or (30 if quick else 200),
+        mails=args.mails or (30 if quick else 200),
     )
 
 
@@ -324,6 +332,55 @@ async def bench_takeover(
     return figures
 
 
+# -- 4. mail pushed into a live CLI turn ---------------------------------------------------------
+async def bench_live_mail(
+    hub: Hub, runtimes: StaticRuntimes, operator: Principal, plan: Plan
+) -> dict[str, Any]:
+    async with fake_cli_reports() as reports:
+        config = {
+            "kind": "command",
+            "protocol": "claude-stream-json",
+            # As the claude-code preset runs Claude Code: pushed messages are echoed.
+            "argv": [sys.executable, str(FAKE_CLAUDE), "slow", "--replay-user-messages"],
+            "env": {"FAKE_READY_PORT": str(reports.port)},
+        }
+        await _agent(hub, operator, "mailee", config)
+        runtimes.set("mailee", CommandRuntime.from_config(config))
+        progress(f"live mail: {plan.mails} messages into one running fake Claude Code turn")
+        worker = await hub.workers.start(
+            operator, StartSpec(agent_id="mailee", prompt="Keep working on the parser")
+        )
+        await next_report(reports, "turn")  # the turn runs, and waits for "go"
+        seen: list[float] = []
+        for i in range(plan.mails + 1):  # the first one warms up
+            began = time.perf_counter()
+            await hub.mail.send(
+                operator,
+                SendRequest(
+                    to=f"session:{worker.session_id}",
+                    kind="info",
+                    subject=f"note {i}",
+                    body="Keep the public API.",
+                ),
+            )
+            await next_report(reports, "mail")
+            if i:
+                seen.append((time.perf_counter() - began) * 1000)
+        await reports.tell("go")
+        await hub.tasks.wait_idle()
+        after = await hub.workers.get(operator, worker.id)
+        assert after.state == "idle", after.state
+    figures = {**distribution("mail_to_live_turn", seen), "live_mails": len(seen)}
+    # The names the worker issue gives these figures.
+    figures["mail_to_live_turn_ms_p50"] = figures["mail_to_live_turn_p50_ms"]
+    figures["mail_to_live_turn_ms_p99"] = figures["mail_to_live_turn_p99_ms"]
+    progress(
+        f"live mail: p50 {figures['mail_to_live_turn_p50_ms']} ms, "
+        f"p99 {figures['mail_to_live_turn_p99_ms']} ms"
+    )
+    return figures
+
+
 # -- driver ---------------------------------------------------------------------------------------
 HEADLINES = (
     "spawn_p50_ms",
@@ -332,6 +389,8 @@ HEADLINES = (
     "takeover_p50_ms",
     "takeover_p99_ms",
     "cli_interrupt_p50_ms",
+    "mail_to_live_turn_p50_ms",
+    "mail_to_live_turn_p99_ms",
 )
 TARGETS = {"spawn_p99_ms": 50.0, "cancel_tree_100_ms": 500.0, "takeover_p99_ms": 200.0}
 
@@ -339,8 +398,8 @@ TARGETS = {"spawn_p99_ms": 50.0, "cancel_tree_100_ms": 500.0, "takeover_p99_ms":
 async def run(plan: Plan) -> dict[str, Any]:
     return await compare_backends(
         plan,
-        (bench_spawn, bench_cancel, bench_takeover),
-        HEADLINES,
+        (bench_spawn, bench_cancel, bench_takeover, bench_live_mail),
+        (*HEADLINES, "mail_to_live_turn_ms_p50", "mail_to_live_turn_ms_p99"),
         per_backend=HEADLINES,
         targets=TARGETS,
         home_prefix="parley-bench-workers-",
@@ -369,6 +428,9 @@ def table(result: dict[str, Any]) -> str:
         ("  CLI interrupt p50 ms", "cli_interrupt_p50_ms"),
         ("  CLI interrupt p99 ms", "cli_interrupt_p99_ms"),
         ("  CLI processes used", "takeover_cli_processes"),
+        ("mails into a live turn", "live_mails"),
+        ("mail -> live turn p50 ms", "mail_to_live_turn_p50_ms"),
+        ("mail -> live turn p99 ms", "mail_to_live_turn_p99_ms"),
         ("elapsed s", "elapsed_s"),
     ]
     return backend_table(result, rows)
@@ -383,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
             ("--spawns", "measured spawns"),
             ("--trees", "trees of 100 to cancel"),
             ("--takeovers", "measured takeovers"),
+            ("--mails", "mails pushed into a live turn"),
         ],
     )
     run_main(args, lambda: run(make_plan(args)), table)

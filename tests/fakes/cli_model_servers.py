@@ -61,9 +61,27 @@ class FakeAnthropicStreamServer(FakeAnthropicServer):
                 "delta": {"type": "text_delta", "text": reply.text},
             },
             {"type": "content_block_stop", "index": 0},
+        ]
+        for i, call in enumerate(reply.calls, 1):
+            # A tool call streams as a tool_use block whose input arrives as JSON deltas.
+            use = {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": call.name, "input": {}}
+            events += [
+                {"type": "content_block_start", "index": i, "content_block": use},
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {
+                        "type": "input_json_delta",
+                        "partial_json": json.dumps(call.arguments),
+                    },
+                },
+                {"type": "content_block_stop", "index": i},
+            ]
+        stop = reply.stop or ("tool_use" if reply.calls else "end_turn")
+        events += [
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": reply.stop or "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": stop, "stop_sequence": None},
                 "usage": {"output_tokens": 7},
             },
             {"type": "message_stop"},
@@ -97,6 +115,10 @@ class FakeResponsesServer(FakeOpenAIServer):
             "total_tokens": 49,
         }
         response = {"id": f"resp_{n}", "object": "response", "status": "in_progress"}
+        if reply.calls:
+            return StreamingResponse(
+                _stream(self._calls(n, reply, response, usage)), media_type="text/event-stream"
+            )
         events = [
             {"type": "response.created", "response": {**response, "output": []}},
             {
@@ -118,3 +140,45 @@ class FakeResponsesServer(FakeOpenAIServer):
             },
         ]
         return StreamingResponse(_stream(events), media_type="text/event-stream")
+
+    def _calls(
+        self, n: int, reply: Any, response: dict[str, Any], usage: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """A response whose output is function calls (their arguments streamed as deltas)."""
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": {**response, "output": []}}
+        ]
+        done_items = []
+        for i, call in enumerate(reply.calls):
+            arguments = json.dumps(call.arguments)
+            item = {
+                "id": f"fc_{n}_{i}",
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": f"call_{n}_{i}",
+                "name": call.name,
+                "arguments": "",
+            }
+            if call.namespace is not None:
+                item["namespace"] = call.namespace
+            done = {**item, "status": "completed", "arguments": arguments}
+            done_items.append(done)
+            events += [
+                {"type": "response.output_item.added", "output_index": i, "item": item},
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item["id"],
+                    "output_index": i,
+                    "delta": arguments,
+                },
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item["id"],
+                    "output_index": i,
+                    "arguments": arguments,
+                },
+                {"type": "response.output_item.done", "output_index": i, "item": done},
+            ]
+        completed = {**response, "status": "completed", "output": done_items, "usage": usage}
+        events.append({"type": "response.completed", "response": completed})
+        return events

@@ -19,6 +19,20 @@ The mode is the first argument when it is not a flag, else ``$FAKE_CLAUDE_MODE``
 - ``slow``: print init and a partial assistant message, then wait for an interrupt on stdin or
   for ``go`` from the test (on the report connection) to finish the turn.
 - ``deaf``: like ``slow``, but an interrupt is read and ignored.
+- ``spawn``: call the hub's ``spawn_child`` tool over MCP (the server ``parley`` of the
+  ``--mcp-config`` file, read when the process starts, as Claude Code reads it) with the prompt
+  ``Sub-task: <last line>`` (a turn whose text has ``Sub-task:`` just replies), report
+  ``spawned <child worker id> <its parent> <config file> <its mode>`` (or ``spawn-failed
+  <why>``), and reply ``spawned <child worker id>``.
+
+A user frame that arrives while a turn runs (``slow``) is taken into that turn, as Claude Code
+takes a message typed while it works: with ``--replay-user-messages`` it is echoed on stdout as
+a ``user`` event carrying the frame's ``uuid`` (``isReplay``), the report connection gets
+``mail <pid> <its first line>``, and the turn's reply names it (``heard: <last line> + <n>
+more``). With ``$FAKE_CLAUDE_QUEUE=1`` such a frame is queued instead, as Claude Code queues a
+message that comes too late for the running turn: the turn ends with its own result, then the
+frame is echoed and, once the test says ``go`` again, answered by a turn of its own (``heard:
+<its last line>``).
 
 With ``$FAKE_READY_PORT`` the fake reports to 127.0.0.1:<port>: ``turn <pid> <n> <session>``
 when it starts its n-th turn (in ``slow``/``deaf`` once the partial message is out),
@@ -187,8 +201,27 @@ def mode_and_resume(args: list[str]) -> tuple[str, str | None]:
     return mode, resume
 
 
+def mcp_server(args: list[str]) -> dict[str, Any] | None:
+    """The ``parley`` server of the ``--mcp-config`` file, read now: the file is the turn's
+    and is removed when that turn ends. Its path and mode are kept for the report."""
+    if "--mcp-config" not in args:
+        return None
+    path = args[args.index("--mcp-config") + 1]
+    with open(path) as f:
+        server: dict[str, Any] = json.load(f)["mcpServers"]["parley"]
+    server["file"] = f"{path} {os.stat(path).st_mode & 0o777:o}"
+    return server
+
+
+MCP: dict[str, Any] | None = None
+REPLAY = False
+
+
 def main() -> int:
+    global MCP, REPLAY
     mode, resume = mode_and_resume(sys.argv[1:])
+    MCP = mcp_server(sys.argv[1:])
+    REPLAY = "--replay-user-messages" in sys.argv[1:]
     home = Path(os.environ["FAKE_CLAUDE_HOME"]) if os.environ.get("FAKE_CLAUDE_HOME") else None
     if resume and home is not None and not (home / resume).exists():
         # What Claude Code 2.1 does with an id it has no transcript for, before reading stdin.
@@ -244,6 +277,8 @@ def take_turn(mode: str, session: Session, inputs: Inputs, text: str) -> bool:
         inputs.report(f"turn {os.getpid()} {session.turns} {session.id}")
         return wait_in_turn(mode, session, inputs, last_line)
     inputs.report(f"turn {os.getpid()} {session.turns} {session.id}")
+    if mode == "spawn" and "Sub-task:" not in text:  # a child it spawned just replies
+        return spawn(session, inputs, last_line)
     if mode == "error":
         session.assistant("API Error: 529 overloaded", model="<synthetic>")
         session.result(
@@ -261,17 +296,78 @@ def take_turn(mode: str, session: Session, inputs: Inputs, text: str) -> bool:
     return False
 
 
+def spawn(session: Session, inputs: Inputs, last_line: str) -> bool:
+    if MCP is None:
+        inputs.report("spawn-failed no-mcp-config")
+        session.result("no parley MCP server", error=True)
+        return True
+    from hub_mcp import call_tool  # a sibling module: this script runs from tests/fakes
+
+    ok, got = call_tool(
+        MCP["url"],
+        MCP.get("headers", {}),
+        "spawn_child",
+        {"prompt": f"Sub-task: {last_line}", "inherit_context": False},
+    )
+    if not ok:
+        inputs.report(f"spawn-failed {got}")
+        session.result(f"spawn failed: {got}", error=True)
+        return True
+    inputs.report(f"spawned {got['id']} {got.get('parent_worker_id')} {MCP['file']}")
+    session.assistant(f"spawned {got['id']}")
+    session.result(f"spawned {got['id']}")
+    return False
+
+
+def take_mail(session: Session, inputs: Inputs, frame: dict[str, Any]) -> str:
+    """A user frame that came while a turn runs: taken into the turn (echoed when asked)."""
+    text = user_text(frame)
+    session.save(text)
+    if REPLAY:
+        emit(
+            {
+                "type": "user",
+                "message": frame["message"],
+                "parent_tool_use_id": None,
+                "session_id": session.id,
+                "uuid": frame.get("uuid") or str(uuid.uuid4()),
+                "isReplay": True,
+            }
+        )
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    inputs.report(f"mail {os.getpid()} {first}")
+    return text
+
+
 def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) -> bool:
+    taken = 0
+    queued: list[dict[str, Any]] = []
     while True:
         kind, frame = inputs.next()
         if kind == "eof":
             sys.exit(1)
         if kind == "go":
-            session.assistant(f"heard: {last_line}")
-            session.result(f"heard: {last_line}")
+            more = f" + {taken} more" if taken else ""
+            session.assistant(f"heard: {last_line}{more}")
+            session.result(f"heard: {last_line}{more}")
+            for later in queued:  # each queued message gets a turn of its own
+                text = take_mail(session, inputs, later)
+                while inputs.next()[0] != "go":  # held until the test says go again
+                    continue
+                session.init()
+                session.assistant(f"heard: {text.strip().splitlines()[-1]}")
+                session.result(f"heard: {text.strip().splitlines()[-1]}")
             return False
+        if kind == "frame" and frame.get("type") == "user":
+            if os.environ.get("FAKE_CLAUDE_QUEUE") == "1":
+                queued.append(frame)
+                inputs.report(f"queued {os.getpid()}")
+                continue
+            take_mail(session, inputs, frame)
+            taken += 1
+            continue
         if kind != "frame" or frame.get("type") != "control_request":
-            continue  # a user frame sent mid-turn would be queued; the tests send none
+            continue
         if mode == "deaf":
             continue
         emit(control_response(frame))

@@ -13,6 +13,11 @@ retries, then ``turn.completed`` with ``usage`` or ``turn.failed``. The mode is
   Codex does without a connection.
 - ``hang``: report, then wait until stopped.
 - ``hang-new``: like ``hang`` in a new thread; a resumed thread replies.
+- ``spawn``: call the hub's ``spawn_child`` over MCP, as the server ``parley`` that ``-c
+  mcp_servers.parley.*`` declares (its ``url``, and the bearer token in the environment variable
+  ``bearer_token_env_var`` names); like ``codex exec``, it refuses the call unless
+  ``default_tools_approval_mode`` is ``"approve"``. Reports ``spawned <child> <parent>`` or
+  ``spawn-failed <why>`` and replies ``spawned <child>``.
 
 With ``$FAKE_CODEX_HOME`` threads are files there and ``resume`` of an unknown id fails as Codex
 does (stderr "no rollout found", exit 1, no events); without it every id is known.
@@ -22,6 +27,7 @@ reports ``login <pid>`` for a login check and ``turn <pid> <thread id> new|resum
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -116,6 +122,41 @@ def items(last_line: str) -> None:
     )
 
 
+def mcp_server(args: list[str]) -> dict[str, str]:
+    """The ``mcp_servers.parley.*`` overrides of the command line (TOML string values)."""
+    server: dict[str, str] = {}
+    for flag, value in itertools.pairwise(args):
+        prefix = "mcp_servers.parley."
+        if flag == "-c" and value.startswith(prefix):
+            key, _, raw = value[len(prefix) :].partition("=")
+            server[key] = json.loads(raw)
+    return server
+
+
+def spawn(args: list[str], last_line: str) -> None:
+    server = mcp_server(args)
+    if server.get("default_tools_approval_mode") != "approve":
+        # What codex exec does without approval: the model's call is cancelled.
+        report("spawn-failed user cancelled MCP tool call")
+        items("spawn refused")
+        return
+    token = os.environ.get(server.get("bearer_token_env_var", ""), "")
+    from hub_mcp import call_tool  # a sibling module: this script runs from tests/fakes
+
+    ok, got = call_tool(
+        server["url"],
+        {"Authorization": f"Bearer {token}"},
+        "spawn_child",
+        {"prompt": f"Sub-task: {last_line}", "inherit_context": False},
+    )
+    if not ok:
+        report(f"spawn-failed {got}")
+        items(f"spawn failed: {got}")
+        return
+    report(f"spawned {got['id']} {got.get('parent_worker_id')}")
+    items(f"spawned {got['id']}")
+
+
 def main() -> int:
     args = sys.argv[1:]
     if args[:2] == ["login", "status"]:
@@ -165,6 +206,9 @@ def main() -> int:
                 "stream closed before response.completed)",
             }
         )
+    if mode == "spawn" and "Sub-task:" not in prompt:  # a child it spawned just replies
+        spawn(args, prompt.strip().splitlines()[-1])
+        return 0
     items(prompt.strip().splitlines()[-1])
     return 0
 

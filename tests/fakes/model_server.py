@@ -16,10 +16,13 @@ from tests.fakes.serving import LocalServer
 
 @dataclass(frozen=True)
 class FakeCall:
-    """A tool call a scripted model makes: the tool's name and its arguments."""
+    """A tool call a scripted model makes: the tool's name and its arguments, and for the
+    Responses API the namespace of a tool offered inside one (Codex offers an MCP server's
+    tools in a namespace ``mcp__<server>``)."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    namespace: str | None = None
 
 
 @dataclass

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn, TurnInput
 
 PROMPT = Prompt(
     system="You are alice, a careful reviewer.",
@@ -27,6 +27,7 @@ def make_turn(
     runtime_state: dict[str, Any] | None = None,
     workspace: str | None = None,
     state_sink: Callable[[dict[str, Any]], None] | None = None,
+    live_input: TurnInput | None = None,
 ) -> Turn:
     return Turn(
         invocation_id=f"inv-{agent_id}-{round}",
@@ -45,6 +46,7 @@ def make_turn(
         round=round,
         runtime_state=runtime_state or {},
         state_sink=state_sink,
+        live_input=live_input,
     )
 
 

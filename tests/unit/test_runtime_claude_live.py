@@ -16,7 +16,7 @@ from parley.adapters.runtimes.claude_code import CLAUDE_SESSION_KEY
 from parley.adapters.runtimes.command import CommandConfig, CommandRuntime
 from parley.adapters.runtimes.endpoint import parse_config
 from parley.core.errors import RuntimeFailure
-from parley.core.runtime import Turn
+from parley.core.runtime import Turn, TurnInput
 from tests.fakes.processes import is_gone, wait_gone
 from tests.fakes.ready import ReadyListener
 from tests.fakes.turns import PROMPT, Reports, make_turn
@@ -49,14 +49,22 @@ async def claude(ready: ReadyListener, tmp_path: Path) -> AsyncIterator[MakeRunt
     built: list[CommandRuntime] = []
 
     def make(
-        mode: str = "reply", *, clock: FakeClock | None = None, **options: Any
+        mode: str = "reply",
+        *,
+        clock: FakeClock | None = None,
+        env_queue: bool = False,
+        replay: bool = False,
+        **options: Any,
     ) -> CommandRuntime:
         env = {"FAKE_READY_PORT": str(ready.port), "FAKE_CLAUDE_HOME": str(tmp_path)}
+        if env_queue:
+            env["FAKE_CLAUDE_QUEUE"] = "1"
         config = parse_config(
             CommandConfig,
             {
                 "kind": "command",
-                "argv": [sys.executable, FAKE_CLAUDE, mode],
+                "argv": [sys.executable, FAKE_CLAUDE, mode]
+                + (["--replay-user-messages"] if replay else []),
                 "protocol": "claude-stream-json",
                 "env": env,
                 **options,
@@ -312,3 +320,44 @@ async def test_a_turn_cancelled_before_it_starts_sends_nothing(claude: MakeRunti
         await runtime.respond(turn(cancel=cancel))
     assert caught.value.reason == "cancelled"
     assert runtime.live_pid("s-alice") is None
+
+
+async def test_a_message_pushed_into_a_live_turn_is_taken_before_its_answer(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    runtime = claude("slow", replay=True)
+    live = TurnInput()
+    call = asyncio.ensure_future(runtime.respond(turn(n=1, live_input=live)))
+    pid, _, _ = await reported_turn(ready, call)
+    assert live.is_open
+    assert await live.push("<pending_mail>\nKeep the API.\n</pending_mail>")
+    assert (await ready.next_line(unless=call)).split()[:2] == ["mail", str(pid)]
+    await ready.tell("go")
+    result = await call
+    assert result.text == f"{HEARD} + 1 more"
+    # The turn is over: its input is closed and a push is refused (the next turn reads it).
+    assert not live.is_open
+    assert not await live.push("too late")
+
+
+async def test_a_message_claude_code_queues_is_answered_before_the_turn_ends(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    # Claude Code may run a message that came too late for the running turn as a turn of its
+    # own: the first result comes before the message's echo, and is not the turn's answer.
+    runtime = claude("slow", replay=True, env_queue=True)
+    live = TurnInput()
+    call = asyncio.ensure_future(runtime.respond(turn(n=1, live_input=live)))
+    await reported_turn(ready, call)
+    assert await live.push("a note\nKeep the API.")
+    assert (await ready.next_line(unless=call)).split()[0] == "queued"
+    await ready.tell("go")
+    # The turn's own result is out, then the message's echo; its answer comes on "go".
+    assert (await ready.next_line(unless=call)).split()[0] == "mail"
+    await ready.tell("go")
+    assert (await call).text == "heard: Keep the API."
+    # Nothing of it is left over to answer the next turn.
+    second = asyncio.ensure_future(runtime.respond(turn(n=2)))
+    await reported_turn(ready, second)
+    await ready.tell("go")
+    assert (await second).text == HEARD

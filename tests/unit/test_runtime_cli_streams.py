@@ -234,6 +234,7 @@ def test_claude_code_argv() -> None:
         "--input-format",
         "stream-json",
         "--verbose",
+        "--replay-user-messages",
     ]
     argv = claude_code_argv(model="opus", permission_mode="acceptEdits", resume="--evil")
     assert argv[-5:] == ["--model", "opus", "--permission-mode", "acceptEdits", "--resume=--evil"]

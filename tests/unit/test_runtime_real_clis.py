@@ -8,6 +8,7 @@ Claude Code 2.1.197 and codex-cli 0.171.0.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import uuid
@@ -22,6 +23,7 @@ from parley.adapters.runtimes.codex import CODEX_THREAD_KEY
 from parley.adapters.runtimes.command import CommandRuntime
 from parley.adapters.runtimes.factory import build_runtime
 from parley.core.errors import RuntimeFailure
+from parley.core.runtime import TurnInput
 from tests.fakes.cli_model_servers import FakeAnthropicStreamServer, FakeResponsesServer
 from tests.fakes.model_server import FakeReply
 from tests.fakes.processes import is_gone
@@ -162,3 +164,41 @@ async def test_real_codex_replies_resumes_and_drops_a_stale_thread(
     assert fresh.timings["resumed_fresh"] == 1.0
     assert fresh.runtime_state is not None
     assert fresh.runtime_state[CODEX_THREAD_KEY] not in (thread, stale[CODEX_THREAD_KEY])
+
+
+async def test_real_claude_code_answers_mail_pushed_into_its_running_turn(
+    tmp_path: Path, anthropic: FakeAnthropicStreamServer
+) -> None:
+    # Claude Code 2.1.197 queues a message that comes while the model call runs, echoes it
+    # (with the uuid it was sent with) when it takes it, and answers it in a turn of its own:
+    # the turn's answer is that last result, not the one before the echo.
+    env = {
+        **private_home(tmp_path),
+        "ANTHROPIC_BASE_URL": anthropic.base_url,
+        "ANTHROPIC_API_KEY": "dummy",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    runtime = build_runtime(
+        {
+            "kind": "command",
+            "preset": "claude-code",
+            "executable": binary("claude", "PARLEY_CLAUDE_BIN"),
+            "env": env,
+            "cwd": str(tmp_path),
+        }
+    )
+    assert isinstance(runtime, CommandRuntime)
+    anthropic.script(FakeReply(text="Working on the plan.", hang=True))
+    anthropic.default = FakeReply(text="Noted: the API stays.")
+    live = TurnInput()
+    try:
+        call = asyncio.ensure_future(runtime.respond(make_turn(live_input=live)))
+        await anthropic.received.wait()
+        assert await live.push("<pending_mail>\nKeep the public API.\n</pending_mail>")
+        anthropic.release.set()
+        result = await call
+        assert result.text == "Noted: the API stays."
+        assert any("Keep the public API." in json.dumps(r) for r in anthropic.requests)
+    finally:
+        await runtime.aclose()

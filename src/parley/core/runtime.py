@@ -8,7 +8,7 @@ usage, the model route actually used and timings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
@@ -143,6 +143,57 @@ class CancelSignal(Protocol):
     async def wait(self) -> Literal[True]: ...
 
 
+class TurnInput:
+    """What the hub pushes into a turn while it runs: mail that arrived for the session
+    meanwhile, for a runtime whose CLI takes input mid-turn (Claude Code's stream-json input).
+    The runtime opens it, with how to send a text, for as long as its turn can take one; until
+    then and afterwards a push is refused and the mail waits for the next turn."""
+
+    def __init__(self) -> None:
+        self._sink: Callable[[str], Awaitable[bool]] | None = None
+        self._on_open: list[Callable[[], None]] = []
+
+    @property
+    def is_open(self) -> bool:
+        return self._sink is not None
+
+    def on_open(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the runtime opens the input (at once if it is open)."""
+        self._on_open.append(callback)
+        if self.is_open:
+            callback()
+
+    def open(self, sink: Callable[[str], Awaitable[bool]]) -> None:
+        """The runtime can take input now: ``sink`` sends a text into the turn and says
+        whether the turn took it."""
+        self._sink = sink
+        for callback in list(self._on_open):
+            callback()
+
+    def close(self) -> None:
+        self._sink = None
+
+    async def push(self, text: str) -> bool:
+        """Send ``text`` into the running turn; False when the turn cannot take it (any more)."""
+        sink = self._sink
+        return False if sink is None else await sink(text)
+
+
+@dataclass(frozen=True)
+class HubAccess:
+    """How a command-line agent reaches the hub from inside its turn: the hub's MCP endpoint
+    and the token the hub issued for this turn, valid while a turn of the session runs. A call
+    made with it is made from the turn (its channel, its worker)."""
+
+    mcp_url: str
+    token: str
+
+    @property
+    def base_url(self) -> str:
+        """The hub's address without the ``/mcp`` path (the REST API's base)."""
+        return self.mcp_url.removesuffix("/mcp")
+
+
 @dataclass(frozen=True)
 class Turn:
     """One request to one agent to speak once."""
@@ -165,6 +216,12 @@ class Turn:
     tools: ToolBox | None = None
     # Where ``report_state`` goes; None when the caller keeps no runtime state.
     state_sink: Callable[[dict[str, Any]], None] | None = None
+    # The hub's MCP endpoint and this turn's token, for a command-line agent (None when the
+    # hub does not listen, or for other runtimes).
+    hub: HubAccess | None = None
+    # Where the hub pushes mail that arrives while the turn runs, for a runtime that takes
+    # input mid-turn; None when the hub pushes none (the mail waits for the next turn).
+    live_input: TurnInput | None = None
 
     def report_state(self, state: dict[str, Any]) -> None:
         """Hand the hub new runtime state as soon as the runtime learns it, before the turn

@@ -23,6 +23,7 @@ from parley.core.limits import OptionalStorableText, StorableObject, StorableTex
 from parley.core.ports import Tx
 from parley.core.runtime import RUNTIME_KINDS
 from parley.service.context import ServiceContext
+from parley.service.turn_access import TurnAccess, TurnBinding
 
 
 class AgentSpec(BaseModel):
@@ -119,6 +120,8 @@ class Identity:
         # hub can rewrite the token file the CLI reads (the service layer knows no files).
         self.on_operator_rotated = on_operator_rotated
         self._revocations = 0
+        self.turn_access = TurnAccess()
+        """The tokens of this hub's running CLI turns (:mod:`parley.service.turn_access`)."""
 
     # -- lookups ------------------------------------------------------------------------------
     async def authenticate(self, token: str | None) -> Principal:
@@ -133,7 +136,11 @@ class Identity:
 
     async def authenticate_digest(self, digest: str) -> Principal:
         """The principal whose token has this digest: how a web session, which keeps only the
-        digest of the token it was signed in with, finds out whether that token still holds."""
+        digest of the token it was signed in with, finds out whether that token still holds.
+        A running CLI turn's token (:mod:`parley.service.turn_access`) holds while its turn runs."""
+        bound = self.turn_access.binding(digest)
+        if bound is not None:
+            return await self._turn_principal(bound)
         pid = self._tokens.get(digest)
         if pid is not None and pid in self._principals:
             return self._principals[pid]
@@ -152,6 +159,20 @@ class Identity:
             self._tokens[digest] = principal.id
         self._principals[principal.id] = principal
         return principal
+
+    async def _turn_principal(self, bound: TurnBinding) -> Principal:
+        principal = await self.get(bound.principal_id)
+        if principal is None or not principal.active:
+            raise Unauthenticated(
+                f"the turn token of {bound.principal_id!r} belongs to a principal that is gone "
+                "or deactivated",
+                code="invalid_token",
+            )
+        return principal
+
+    def turn_binding(self, token: str | None) -> TurnBinding | None:
+        """The running turn ``token`` was issued for, if it is a live turn token."""
+        return self.turn_access.binding(hash_token(token)) if token else None
 
     async def get(self, principal_id: str, tx: Tx | None = None) -> Principal | None:
         cached = self._principals.get(principal_id)
@@ -202,6 +223,7 @@ class Identity:
                 if data.get("rotated"):
                     self._revocations += 1
                     self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+                    self.turn_access.end_principal(principal_id)
         finally:
             await sub.close()
 
@@ -412,6 +434,7 @@ class Identity:
         # Forget first: a request that re-authenticates on the notice must reach the store.
         self._revocations += 1
         self._tokens = {h: p for h, p in self._tokens.items() if p != principal_id}
+        self.turn_access.end_principal(principal_id)
         await self.ctx.bus.publish(
             revocation_topic(principal_id), {"type": TOKENS_REVOKED, "principal_id": principal_id}
         )

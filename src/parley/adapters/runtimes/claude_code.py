@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from parley.adapters.runtimes.child import ChildProcess, json_event, json_events
 from parley.adapters.runtimes.race import ProviderReply
 from parley.core.errors import RuntimeFailure
-from parley.core.runtime import CancelSignal, Usage
+from parley.core.runtime import CancelSignal, TurnInput, Usage
 
 CLAUDE_SESSION_KEY = "claude_session_id"
 STALE_SESSION_MARK = "No conversation found with session ID"
@@ -45,8 +46,10 @@ def claude_code_argv(
 ) -> list[str]:
     """The command line of Claude Code in bidirectional stream-json mode.
 
-    stream-json output requires ``--verbose``. ``--resume=<session id>`` binds the id to the
-    flag, so an id can never be read as another flag.
+    stream-json output requires ``--verbose``. ``--replay-user-messages`` makes Claude Code
+    echo each user frame it takes (with the frame's ``uuid``): a message pushed into a running
+    turn is known to be taken before that turn's result is trusted. ``--resume=<session id>``
+    binds the id to the flag, so an id can never be read as another flag.
     """
     argv = [
         executable,
@@ -56,6 +59,7 @@ def claude_code_argv(
         "--input-format",
         "stream-json",
         "--verbose",
+        "--replay-user-messages",
     ]
     if model:
         argv += ["--model", model]
@@ -67,12 +71,15 @@ def claude_code_argv(
     return argv
 
 
-def claude_user_frame(text: str) -> bytes:
-    """One user message for Claude Code's stream-json input, as an NDJSON line."""
-    frame = {
+def claude_user_frame(text: str, *, uuid: str | None = None) -> bytes:
+    """One user message for Claude Code's stream-json input, as an NDJSON line; ``uuid``
+    names it, and Claude Code's echo of it (``--replay-user-messages``) carries the name."""
+    frame: dict[str, Any] = {
         "type": "user",
         "message": {"role": "user", "content": [{"type": "text", "text": text}]},
     }
+    if uuid is not None:
+        frame["uuid"] = uuid
     return (json.dumps(frame, ensure_ascii=False) + "\n").encode()
 
 
@@ -168,6 +175,10 @@ def is_stale_session(failure: RuntimeFailure) -> bool:
     return STALE_SESSION_MARK in str(failure.details.get("stderr_tail") or "")
 
 
+QUIET_S = 2.0
+"""How long a result followed by nothing ends a turn whose pushed message was not echoed."""
+
+
 class LiveClaude:
     """One Claude Code process holding one logical session across turns: a user frame in on
     stdin per turn, NDJSON events out until the turn's ``result``, and an interrupt that ends
@@ -186,6 +197,10 @@ class LiveClaude:
         self._result: asyncio.Future[None] | None = None
         self._in_turn = False
         self._report: Callable[[dict[str, Any]], None] | None = None
+        # Messages pushed into the running turn that Claude Code has not echoed yet: a result
+        # seen before their echo may be followed by a turn that reads them (it queued them).
+        self._unacked: set[str] = set()
+        self._quiet: asyncio.TimerHandle | None = None
 
     @classmethod
     async def start(
@@ -219,9 +234,12 @@ class LiveClaude:
         cancel: CancelSignal,
         request_id: str,
         report: Callable[[dict[str, Any]], None] | None = None,
+        live_input: TurnInput | None = None,
     ) -> ProviderReply:
         """Send one user message and wait for its ``result``, or interrupt it on ``cancel``;
-        ``report`` gets the session id as soon as the turn's ``init`` event names it.
+        ``report`` gets the session id as soon as the turn's ``init`` event names it, and
+        ``live_input`` is opened for the hub to push more user messages into the running turn
+        (mail): the turn's result is the one after Claude Code has taken every one of them.
 
         Raises :class:`RuntimeFailure`: the result's error, reason ``error`` when the process
         exits first, reason ``cancelled`` (with ``interrupt_ms``, the time Claude Code took to
@@ -230,17 +248,25 @@ class LiveClaude:
         """
         self._report = report
         try:
-            return await self._turn(text, cancel, request_id)
+            return await self._turn(text, cancel, request_id, live_input)
         finally:
             self._report = None
+            if live_input is not None:
+                live_input.close()
+            self._unacked.clear()
+            self._end_quiet()
 
-    async def _turn(self, text: str, cancel: CancelSignal, request_id: str) -> ProviderReply:
+    async def _turn(
+        self, text: str, cancel: CancelSignal, request_id: str, live_input: TurnInput | None
+    ) -> ProviderReply:
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._result = result
         self._in_turn = True
         if any(event.get("type") == "result" for event in self._events):
             result.set_result(None)
         await self.child.send(claude_user_frame(text))
+        if live_input is not None:
+            live_input.open(self._push)
         cancelled = asyncio.ensure_future(cancel.wait())
         waiting: set[asyncio.Future[Any]] = {result, self.child.exited, cancelled}
         try:
@@ -304,6 +330,22 @@ class LiveClaude:
         self._in_turn = False
         return events
 
+    async def _push(self, text: str) -> bool:
+        """Send a user message into the running turn (the hub's mail); whether it went in."""
+        result = self._result
+        if (
+            not self._in_turn
+            or result is None
+            or result.done()
+            or self._quiet is not None
+            or self.child.returncode is not None
+        ):
+            return False  # the turn has its answer: the message is for the next turn
+        name = str(uuid.uuid4())
+        self._unacked.add(name)
+        await self.child.send(claude_user_frame(text, uuid=name))
+        return True
+
     def _on_line(self, line: bytes) -> None:
         event = json_event(line)
         if event is None or event.get("type") in ("control_response", "control_request"):
@@ -313,9 +355,33 @@ class LiveClaude:
         state = claude_state(event)
         if state is not None and self._report is not None:
             self._report(state)
+        kind = event.get("type")
+        if kind == "user" and event.get("isReplay"):
+            self._unacked.discard(str(event.get("uuid")))
         result = self._result
-        if event.get("type") == "result" and result is not None and not result.done():
+        if result is None or result.done():
+            return
+        if kind != "result":
+            self._end_quiet()  # Claude Code goes on: it took a pushed message after all
+            return
+        if self._unacked and event.get("subtype") == "success":
+            # A message pushed into the turn is not echoed yet: Claude Code may have queued
+            # it for a turn of its own, whose result is the answer. Wait for more, unless the
+            # process stays quiet (a Claude Code that does not echo).
+            self._end_quiet()
+            self._quiet = asyncio.get_running_loop().call_later(QUIET_S, self._settle, result)
+            return
+        result.set_result(None)
+
+    def _settle(self, result: asyncio.Future[None]) -> None:
+        self._quiet = None
+        if not result.done():
             result.set_result(None)
+
+    def _end_quiet(self) -> None:
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
 
     def cancel_idle_timer(self) -> None:
         if self.idle_timer is not None:

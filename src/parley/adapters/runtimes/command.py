@@ -19,14 +19,16 @@ whole when its turn (or, kept alive, its session) ends, however it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parley.adapters.runtimes import codex, guard
+from parley.adapters.runtimes import codex, guard, hub_wiring
 from parley.adapters.runtimes.child import ChildProcess, json_event, start_afresh
 from parley.adapters.runtimes.claude_code import (
     CLAUDE_SESSION_KEY,
@@ -46,6 +48,7 @@ from parley.core.runtime import Turn, TurnResult
 
 CommandProtocol = Literal["text", "claude-stream-json", "codex-json"]
 CommandPreset = Literal["claude-code", "codex"]
+McpProfile = Literal["default", "mail", "discuss", "rooms", "workers"]
 
 
 class CommandConfig(BaseModel):
@@ -79,6 +82,12 @@ class CommandConfig(BaseModel):
     permission_mode: str | None = None
     sandbox: str | None = None
     extra_args: list[str] = Field(default_factory=list)
+    hub_mcp: bool = True
+    """Connect the command to this hub for each turn: the hub's address and the turn's own
+    token (never stored here) in its environment, and a preset's CLI given the hub's MCP
+    server; ``false`` gives neither (the CLI's own MCP config is left as it is)."""
+    mcp_profile: McpProfile = "workers"
+    """The MCP profile (tool set) a preset's CLI is given."""
 
     @model_validator(mode="after")
     def _one_command(self) -> CommandConfig:
@@ -126,6 +135,8 @@ class CommandRuntime:
         label = config.preset or os.path.basename(self._argv(None)[0])
         self.model_route = f"command:{label}" + (f":{config.model}" if config.model else "")
         self._codex_logged_in = False
+        # The --mcp-config file of each turn in flight (claude-code preset), by invocation.
+        self._mcp_configs: dict[str, Path] = {}
         self.sessions: ClaudeSessions | None = None
         if config.effective_keep_alive:
             self.sessions = ClaudeSessions(
@@ -145,6 +156,24 @@ class CommandRuntime:
         return cls(parse_config(CommandConfig, config))
 
     async def respond(self, turn: Turn) -> TurnResult:
+        with self._wired(turn):
+            return await self._respond(turn)
+
+    @contextlib.contextmanager
+    def _wired(self, turn: Turn) -> Iterator[None]:
+        """The turn's MCP config file for Claude Code, which lives as long as the turn."""
+        cfg = self.config
+        if cfg.preset != "claude-code" or not cfg.hub_mcp or turn.hub is None:
+            yield
+            return
+        with hub_wiring.claude_mcp_config(turn.hub, cfg.mcp_profile) as path:
+            self._mcp_configs[turn.invocation_id] = path
+            try:
+                yield
+            finally:
+                del self._mcp_configs[turn.invocation_id]
+
+    async def _respond(self, turn: Turn) -> TurnResult:
         if self.sessions is not None:
             return await self.sessions.respond(turn)
         children: list[ChildProcess] = []
@@ -161,23 +190,27 @@ class CommandRuntime:
             for child in children:
                 await child.stop()
 
-    def _argv(self, resume: str | None) -> list[str]:
+    def _argv(self, resume: str | None, turn: Turn | None = None) -> list[str]:
         cfg = self.config
+        access = turn.hub if turn is not None and cfg.hub_mcp else None
         if cfg.preset == "claude-code":
+            config = self._mcp_configs.get(turn.invocation_id) if turn is not None else None
+            wiring = hub_wiring.claude_mcp_args(config) if config is not None else []
             return claude_code_argv(
                 executable=cfg.executable or "claude",
                 model=cfg.model,
                 permission_mode=cfg.permission_mode,
-                extra_args=cfg.extra_args,
+                extra_args=[*wiring, *cfg.extra_args],
                 resume=resume,
             )
         if cfg.preset == "codex":
+            wiring = hub_wiring.codex_mcp_args(access, cfg.mcp_profile) if access else []
             return codex_argv(
                 executable=cfg.executable or "codex",
                 model=cfg.model,
                 sandbox=cfg.sandbox,
                 skip_git_repo_check=True,
-                extra_args=cfg.extra_args,
+                extra_args=[*wiring, *cfg.extra_args],
                 resume=resume,
             )
         argv = list(cfg.argv or ())
@@ -185,9 +218,12 @@ class CommandRuntime:
             argv.append(f"--resume={resume}")
         return argv
 
-    def _child_env(self) -> dict[str, str]:
-        """The hub's environment as it is now, with the agent's ``env`` on top."""
-        return {**os.environ, **self.config.env}
+    def _child_env(self, turn: Turn | None = None) -> dict[str, str]:
+        """The hub's environment as it is now, with the agent's ``env`` on top and, in a turn,
+        where the hub is and the turn's token (:mod:`.hub_wiring`)."""
+        access = turn.hub if turn is not None and self.config.hub_mcp else None
+        wiring = hub_wiring.hub_env(access, self.config.mcp_profile)
+        return {**os.environ, **self.config.env, **wiring}
 
     def _resume_id(self, turn: Turn) -> str | None:
         if not self.config.resume:
@@ -252,9 +288,9 @@ class CommandRuntime:
                 watch.on_event(event)
 
         child = await ChildProcess.start(
-            self._argv(resume),
+            self._argv(resume, turn),
             cwd=self.config.cwd or turn.agent.workspace,
-            env=self._child_env(),
+            env=self._child_env(turn),
             kill_grace_s=self.config.kill_grace_s,
             on_line=None if text else on_line,
             keep_stdout=text,

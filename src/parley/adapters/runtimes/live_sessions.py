@@ -41,8 +41,8 @@ class ClaudeSessions:
     def __init__(
         self,
         *,
-        argv_for: Callable[[str | None], list[str]],
-        env: Callable[[], dict[str, str]],
+        argv_for: Callable[[str | None, Turn], list[str]],
+        env: Callable[[Turn], dict[str, str]],
         cwd: str | None,
         kill_grace_s: float,
         idle_s: float,
@@ -122,7 +122,9 @@ class ClaudeSessions:
         request_id = f"parley-{turn.invocation_id}"
         text = turn.prompt.render()
         try:
-            return await live.turn(text, turn.cancel, request_id, turn.report_state)
+            return await live.turn(
+                text, turn.cancel, request_id, turn.report_state, turn.live_input
+            )
         except RuntimeFailure as exc:
             if live.resumed_from is None or not is_stale_session(exc):
                 raise
@@ -135,16 +137,18 @@ class ClaudeSessions:
             doomed.append(live)
             fresh = await self._start(turn, None)
             self._live[turn.session_id] = fresh
-            return await fresh.turn(text, turn.cancel, request_id, turn.report_state)
+            return await fresh.turn(
+                text, turn.cancel, request_id, turn.report_state, turn.live_input
+            )
 
         return await start_afresh(self._route, stale, afresh)
 
     async def _start(self, turn: Turn, resume: str | None) -> LiveClaude:
         return await LiveClaude.start(
-            self._argv_for(resume),
+            self._argv_for(resume, turn),
             resumed_from=resume,
             cwd=self._cwd or turn.agent.workspace,
-            env=self._env(),
+            env=self._env(turn),
             kill_grace_s=self._kill_grace_s,
         )
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from parley.core.channels import Channel, Task
 from parley.core.ports import Tx
+from parley.core.runtime import Turn
 
 Started = Callable[[Tx, Channel, Task], Awaitable[None]]
 """(tx, channel, task), in the transaction that starts the task."""
@@ -22,6 +23,8 @@ Finished = Callable[[Task], Awaitable[None]]
 """(finished task), once its end has committed."""
 TakenOver = Callable[[Tx, Task, str], Awaitable[None]]
 """(tx, ended task, why), in the transaction of a takeover that ended another hub's task."""
+Running = Callable[[Turn], Awaitable[None]]
+"""(turn), run beside the runtime's call for as long as it lasts, then cancelled."""
 
 
 T = TypeVar("T")
@@ -45,6 +48,7 @@ class TaskHooks:
         self._started: list[Started] = []
         self._finished: list[Finished] = []
         self._taken_over: list[TakenOver] = []
+        self.running: list[Running] = []
 
     def on_started(self, callback: Started) -> Callable[[], None]:
         return _subscribe(self._started, callback)
@@ -54,6 +58,10 @@ class TaskHooks:
 
     def on_taken_over(self, callback: TakenOver) -> Callable[[], None]:
         return _subscribe(self._taken_over, callback)
+
+    def while_running(self, callback: Running) -> Callable[[], None]:
+        """Run ``callback(turn)`` beside each turn's runtime call (a worker's live mail)."""
+        return _subscribe(self.running, callback)
 
     async def started(self, tx: Tx, channel: Channel, task: Task) -> None:
         """A refusal here refuses the task's start: it runs in the start's transaction."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -37,9 +37,12 @@ from parley.core.redact import redact_text, scrub, secret_values
 from parley.core.runtime import (
     NO_REPLY,
     AgentProfile,
+    HubAccess,
+    Prompt,
     ToolBox,
     TranscriptEntry,
     Turn,
+    TurnInput,
     TurnResult,
 )
 from parley.service.context import ServiceContext
@@ -47,6 +50,7 @@ from parley.service.conversations.session_state import StateKeeper
 from parley.service.conversations.task_hooks import TaskHooks
 from parley.service.conversations.transcripts import Transcripts, channel_topic, check_content
 from parley.service.identity import Identity
+from parley.service.turn_access import TurnBinding
 
 log = logging.getLogger("parley.tasks")
 
@@ -274,8 +278,41 @@ class TaskLoop:
             session.runtime_state,
             lambda new: self._save_runtime_state(ctx, kept, new),
         )
+        with self._hub_access(agent, task.channel_id, session.id) as access:
+            return await self._call(
+                live, ctx, runtime, agent, session, prompt, trace, state, access, number
+            )
+
+    @contextlib.contextmanager
+    def _hub_access(
+        self, agent: Principal, channel_id: str, session_id: str
+    ) -> Iterator[HubAccess | None]:
+        """A command-line agent's way back to the hub for the turn: the MCP endpoint and a
+        token bound to this turn, ended with it (:mod:`parley.service.turn_access`)."""
+        access = self.identity.turn_access
+        if agent.runtime_kind != "command" or access.mcp_url is None:
+            yield None
+            return
+        with access.open(TurnBinding(agent.id, channel_id, session_id)) as token:
+            yield HubAccess(mcp_url=access.mcp_url, token=token)
+
+    async def _call(
+        self,
+        live: LiveTask,
+        ctx: _Context,
+        runtime: Runtime,
+        agent: Principal,
+        session: LogicalSession,
+        prompt: Prompt,
+        trace: _TraceBase,
+        state: StateKeeper,
+        access: HubAccess | None,
+        number: int,
+    ) -> TurnOutcome:
+        task = live.task
+        clock = self.ctx.clock
         turn = Turn(
-            invocation_id=invocation_id,
+            invocation_id=trace.invocation_id,
             agent=AgentProfile(
                 id=agent.id,
                 display_name=agent.display_name,
@@ -294,14 +331,19 @@ class TaskLoop:
             runtime_state=dict(session.runtime_state),
             tools=self.toolbox_for(agent, task.channel_id, session.id),
             state_sink=state.report,
+            hub=access,
+            # A command agent's CLI may take input while its turn runs (Claude Code does).
+            live_input=TurnInput() if agent.runtime_kind == "command" else None,
         )
         try:
             if self.before_call is not None:
                 await self.before_call(turn)
             result: TurnResult | None = None
+            beside = [asyncio.ensure_future(watch(turn)) for watch in self.hooks.running]
             try:
                 result = await runtime.respond(turn)
             finally:
+                await _stop_all(beside)
                 # What the runtime reported is stored however the turn ended (a takeover, a
                 # cancel, the hub stopping), before the next turn can read it; the result's
                 # state has the last word.
@@ -581,6 +623,15 @@ class _TraceBase:
     route: str = ""
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
+
+
+async def _stop_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel what ran beside a turn and wait for it; its failure is logged, never the turn's."""
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.warning("work beside a turn failed: %r", outcome)
 
 
 def _failure_facts(failure: RuntimeFailure) -> dict[str, float]:

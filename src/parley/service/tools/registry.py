@@ -69,8 +69,9 @@ class ToolCall:
 
     hub: Services
     caller: Principal
-    # The channel and logical session of the turn the call is made in, when a runtime makes it;
-    # an MCP call has no turn of its own (tools fall back to the caller's latest turn).
+    # The channel and logical session of the turn the call is made in: a runtime's function
+    # call, or an MCP call made with the token the hub issued for a CLI's turn. An MCP call
+    # made with the agent's own token has no turn (tools fall back to the caller's defaults).
     channel_id: str | None = None
     session_id: str | None = None
 

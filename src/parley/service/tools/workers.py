@@ -3,9 +3,10 @@ subtree, take over a running worker, and look at workers and their sessions. Eac
 states the rules the hub enforces (source 002 §5.7: the description is the manual).
 
 Which worker a call means when it names none comes from where the call is made: inside a turn
-of an API agent, the worker bound to that turn's channel (the turn of a child spawns a
-grandchild, and reports its own result); over MCP, the service's own default (the caller's main
-worker to spawn from, its one unfinished child to report for).
+(an API agent's function call, or a CLI's MCP call made with its turn's token), the worker bound
+to that turn's channel (the turn of a child spawns a grandchild, and reports its own result);
+over MCP with the agent's own token, the service's own default (the caller's main worker to
+spawn from, its one unfinished child to report for).
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ async def callers_worker(call: ToolCall, channel_id: str | None) -> Worker | Non
 
 
 async def turn_worker(call: ToolCall) -> Worker | None:
-    """The caller's worker of the turn the call is made in; None over MCP (no turn) or when
-    the turn's channel holds no worker of the caller."""
+    """The caller's worker of the turn the call is made in; None for a call made in no turn
+    (MCP with the agent's own token) or when the turn's channel holds no worker of the
+    caller."""
     return await callers_worker(call, call.channel_id)
 
 

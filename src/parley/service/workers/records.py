@@ -231,7 +231,7 @@ class WorkerRecords:
         session's pending mail in front of it as one block (M5), and start its turn in the same
         transaction. The sender is the system: in a work channel a post by the agent itself
         would not wake it, and a child may run as its parent's own agent."""
-        block = await self.take_session_mail(tx, worker.session_id)
+        block = await self.take_session_mail(tx, worker.session_id, worker)
         text = f"{block}\n\n{content}" if block else content
         check_content(text, "the worker's turn", self.ctx.settings.message_max_bytes)
         channel = await tx.get_channel(worker.channel_id, for_update=True)
@@ -251,9 +251,10 @@ class WorkerRecords:
         )
         return await self.tasks.start_task(tx, channel, message)
 
-    async def take_session_mail(self, tx: Tx, session_id: str) -> str:
+    async def take_session_mail(self, tx: Tx, session_id: str, worker: Worker | None = None) -> str:
         """The pending mail addressed to the session, marked delivered, as one context block:
-        a worker that starts or resumes reads it before its first turn (M5)."""
+        a worker that starts or resumes reads it before its first turn (M5). A result the
+        ``worker`` blocked on, read there, no longer blocks it."""
         m = tx.table("messages").c
         rows: list[Message] = await tx.select(
             "messages",
@@ -268,6 +269,11 @@ class WorkerRecords:
         if not rows:
             return ""
         await tx.mark_delivered([r.id for r in rows], self.ctx.clock.now())
+        blocked_on = worker.blocked_on_message_id if worker is not None else None
+        read = {r.correlation_id for r in rows if r.kind == "task-result"}
+        if worker is not None and blocked_on is not None and blocked_on in read:
+            await tx.update("workers", worker.id, blocked_on_message_id=None)
+            self.publish(tx, worker.model_copy(update={"blocked_on_message_id": None}))
         return wk.mail_block([(r.kind, r.from_id, r.subject, r.body) for r in rows])
 
     async def of_channel(self, tx: Tx, channel_id: str) -> Worker | None:

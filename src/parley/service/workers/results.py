@@ -7,10 +7,11 @@ exposes them as its methods.
 from __future__ import annotations
 
 from parley.core import workers as wk
-from parley.core.channels import LogicalSession
+from parley.core.channels import LogicalSession, Task
 from parley.core.errors import Conflict, InvalidRequest
 from parley.core.identity import Principal
 from parley.core.ids import new_id
+from parley.core.mail import Message
 from parley.core.ports import Tx
 from parley.core.workers import Artifact, Worker, WorkerResult, WorkerState
 from parley.service.workers.records import ResultSpec, WorkerRecords
@@ -101,17 +102,66 @@ async def deliver_result(
     )
     if not blocked:
         return
+    agent = await workers.identity.get(parent.agent_id, tx)
+    driven = not (parent.terminal or agent is None or agent.runtime_kind in ("remote", "none"))
+    if driven and await _in_turn(tx, parent):
+        # The parent is still working: a wake-up now would be its channel's newest trigger and
+        # supersede that turn, whose reply would be lost. The result waits, pending session mail
+        # (pushed into the live turn when its CLI takes input), and the parent stays blocked
+        # until the turn ends: then it is woken (wake_after_turn).
+        return
+    await _wake(workers, tx, parent, mail.id, text, child.id, driven=driven)
+
+
+async def _wake(
+    workers: WorkerRecords,
+    tx: Tx,
+    parent: Worker,
+    mail_id: str,
+    text: str,
+    child_id: str | None,
+    *,
+    driven: bool = True,
+) -> None:
     await tx.update("workers", parent.id, blocked_on_message_id=None)
     parent = parent.model_copy(update={"blocked_on_message_id": None})
     workers.publish(tx, parent)
-    agent = await workers.identity.get(parent.agent_id, tx)
     # An agent the hub drives is woken in its channel; one connected from elsewhere (or
     # with no runtime) is woken by the task-result mail it is waiting for.
-    if parent.terminal or agent is None or agent.runtime_kind in ("remote", "none"):
+    if not driven:
         return
     # The task-result is the wake-up's own text: delivered by it, not again as a block.
-    await tx.mark_delivered([mail.id], workers.ctx.clock.now())
-    await workers.trigger(tx, parent, text, metadata={"child_worker_id": child.id})
+    await tx.mark_delivered([mail_id], workers.ctx.clock.now())
+    await workers.trigger(tx, parent, text, metadata={"child_worker_id": child_id})
+
+
+async def _in_turn(tx: Tx, worker: Worker) -> bool:
+    """Whether a turn of the worker runs now (on any hub): its task is not finished."""
+    if worker.state != "running" or worker.task_id is None:
+        return False
+    task: Task | None = await tx.get("tasks", worker.task_id)
+    return task is not None and task.channel_id == worker.channel_id and task.status == "running"
+
+
+async def wake_after_turn(workers: WorkerRecords, tx: Tx, worker: Worker) -> None:
+    """A parent's turn ended while the result it blocked on waited (``deliver_result``): wake
+    it with that result now, as a parent that was not in a turn is woken at once. Not when
+    the turn was cut (the worker waits for a resume, which reads the pending result) or the
+    worker has ended; nor when the result was already read in the turn (pushed into it)."""
+    if worker.blocked_on_message_id is None or worker.state != "idle":
+        return
+    m = tx.table("messages").c
+    rows: list[Message] = await tx.select(
+        "messages",
+        m.to_kind == "session",
+        m.to_id == worker.session_id,
+        m.kind == "task-result",
+        m.status == "pending",
+        m.correlation_id == worker.blocked_on_message_id,
+        limit=1,
+    )
+    if rows:
+        await _wake(workers, tx, worker, rows[0].id, rows[0].body, rows[0].from_id)
 
 
 async def report_result(

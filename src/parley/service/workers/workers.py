@@ -23,6 +23,7 @@ from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.ids import new_id
 from parley.core.limits import json_bytes
 from parley.core.ports import Tx
+from parley.core.runtime import Turn
 from parley.core.workers import Artifact, Worker, WorkerResult
 from parley.service.context import ServiceContext
 from parley.service.conversations.channels import Channels
@@ -32,6 +33,7 @@ from parley.service.mail.mailbox import Mail
 from parley.service.quotas import Ticket
 from parley.service.workers import control as worker_control
 from parley.service.workers import limits as worker_limits
+from parley.service.workers import live_mail
 from parley.service.workers import results as worker_results
 from parley.service.workers import views as worker_views
 from parley.service.workers.records import (
@@ -64,6 +66,11 @@ class Workers(WorkerRecords):
         tasks.hooks.on_started(self.on_task_started)
         tasks.hooks.on_finished(self.on_task_finished)
         tasks.hooks.on_taken_over(self.on_task_taken_over)
+        tasks.hooks.while_running(self.push_mail_while_running)
+
+    async def push_mail_while_running(self, turn: Turn) -> None:
+        """Session mail that arrives while a turn runs goes into it, if its CLI takes input."""
+        await live_mail.push_while_running(self, turn)
 
     async def on_task_started(self, tx: Tx, channel: Channel, task: Task) -> None:
         """A turn started in a worker's channel: the worker runs, with this turn as its span."""
@@ -80,7 +87,7 @@ class Workers(WorkerRecords):
         }
         # A turn someone else started (a person posting to the worker) reads the session's
         # pending mail too: as a block after its trigger, which its transcript quotes.
-        block = await self.take_session_mail(tx, worker.session_id)
+        block = await self.take_session_mail(tx, worker.session_id, worker)
         if block:
             await self.channels.append(
                 tx,
@@ -90,6 +97,7 @@ class Workers(WorkerRecords):
                 content=block,
                 metadata={"worker_id": worker.id, "pending_mail": True},
             )
+            worker = await self.load(tx, worker.id)  # a result read there unblocked it
         if worker.state == "running":
             await tx.update("workers", worker.id, **values)
             self.publish(tx, worker.model_copy(update=values))
@@ -162,6 +170,9 @@ class Workers(WorkerRecords):
             )
         elif end in ("deleted", "closed"):
             await self.move(tx, worker, "killed", actor="system", reason=f"channel {end}")
+        if end in ("replied", "dormant", "failed"):
+            # A result its parent blocked on, held back while this turn ran, wakes it now.
+            await worker_results.wake_after_turn(self, tx, await self.load(tx, worker.id))
 
     async def _reply_of(self, tx: Tx, task: Task) -> ChannelMessage | None:
         c = tx.table("channel_messages").c

@@ -129,6 +129,8 @@ class HubServer(uvicorn.Server):
         settings = self.settings
         home = settings.data_root()
         url = client_url(self.config.host, self.bound_port())
+        # Command agents' turns reach the hub here (their CLIs run on this machine).
+        self.hub.identity.turn_access.mcp_url = f"{url}/mcp"
         write_hub_info(home, url)
         token_path = operator_token_path(home)
         if self.first_start:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from parley.core.identity import Principal
 from parley.service.hub import Hub
+from parley.service.turn_access import TurnBinding
 
 if TYPE_CHECKING:
     # Annotation only: the REST guard imports bearer_token, and must not load the MCP SDK.
@@ -32,8 +33,14 @@ class Authenticator:
         self.token = token
 
     async def __call__(self, ctx: Context[Any, Any]) -> Principal:
+        return (await self.caller_and_turn(ctx))[0]
+
+    async def caller_and_turn(self, ctx: Context[Any, Any]) -> tuple[Principal, TurnBinding | None]:
+        """The caller, and the running turn the call comes from when its token is a turn
+        token the hub gave a command-line agent (:mod:`parley.service.turn_access`)."""
         headers = ctx.headers
         # A call that came over HTTP is judged by its own header, never by a token the server
         # was started with: one hub serves many agents.
         token = bearer_token(headers) if headers is not None else self.token
-        return await self.hub.identity.authenticate(token)
+        caller = await self.hub.identity.authenticate(token)
+        return caller, self.hub.identity.turn_binding(token)

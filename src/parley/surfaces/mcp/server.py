@@ -20,10 +20,11 @@ from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
 from parley import __version__
-from parley.core.errors import ConfigError, ParleyError
+from parley.core.errors import ConfigError, InvalidRequest, ParleyError
 from parley.service.hub import Hub
 from parley.service.tools import AGENT_TOOLS, AgentTool, ToolCall
 from parley.service.tools.registry import check_storable, compact_schema
+from parley.service.tools.toolbox import NOT_IN_A_TURN
 from parley.surfaces.mcp.auth import Authenticator
 from parley.surfaces.mcp.results import error_result, invalid_arguments, json_result
 
@@ -137,8 +138,22 @@ def mcp_function(tool: AgentTool, hub: Hub, auth: Authenticator) -> ToolFunction
     Context parameter, then the definition's arguments)."""
 
     async def run(ctx: Context[Any, Any], **arguments: Any) -> CallToolResult:
-        caller = await auth(ctx)
-        return json_result(await tool.handler(ToolCall(hub=hub, caller=caller), **arguments))
+        caller, turn = await auth.caller_and_turn(ctx)
+        if turn is None:
+            call = ToolCall(hub=hub, caller=caller)
+        else:
+            # Made from inside a CLI's turn: "the worker of the turn you are in" is that
+            # turn's, as through function calling.
+            if tool.name in NOT_IN_A_TURN:
+                raise InvalidRequest(
+                    f"{tool.name} cannot be called from inside a turn: your final reply is the "
+                    "turn's answer, and a turn must not wait for another",
+                    code="not_in_a_turn",
+                )
+            call = ToolCall(
+                hub=hub, caller=caller, channel_id=turn.channel_id, session_id=turn.session_id
+            )
+        return json_result(await tool.handler(call, **arguments))
 
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Any, Any]
