@@ -34,6 +34,7 @@ from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
+from parley.core.usage import BudgetExhausted
 from parley.core.runtime import (
     NO_REPLY,
     AgentProfile,
@@ -269,6 +270,15 @@ class TaskLoop:
         )
         if runtime is None:
             return TurnOutcome(kind=None)
+        trace.channel_kind = ctx.channel.kind
+        trace.runtime_config = agent.runtime
+        try:
+            await self.ctx.usage.check(agent.id, task.channel_id, ctx.channel.kind)
+        except BudgetExhausted as refusal:
+            # A spent budget refuses the turn before the runtime is asked: the member is named
+            # as failed, like any turn that could not be had.
+            await self._record(trace, "failed", refusal.code, None, clock.monotonic())
+            return TurnOutcome(kind="failed", reason=f"{refusal.code}: {refusal.message}")
         kept: LogicalSession = session
         state = StateKeeper(
             session.runtime_state,
@@ -384,6 +394,7 @@ class TaskLoop:
             if seq is None:
                 reason, end = await self._stop_reason(task, tx)
                 self._insert_invocation(tx, trace, "rejected", reason, result, None, t2)
+                await self._book_usage(tx, trace, result)
                 outcome = TurnOutcome(kind="rejected", reason=reason, end=end)
                 return outcome, []
             missed: list[ChannelMessage] = []
@@ -409,6 +420,7 @@ class TaskLoop:
                 seq=seq,
             )
             self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
+            await self._book_usage(tx, trace, result)
             # The task's counters are written at each round and at the end, not per reply: the
             # invocation records are the per-call truth, and a turn stays one small commit.
             return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message), missed
@@ -442,12 +454,29 @@ class TaskLoop:
         async def job(tx: Tx) -> tuple[str | None, EndReason | None]:
             code, end = await self._stop_reason(task, tx) if stopped else (reason, None)
             self._insert_invocation(tx, trace, outcome, code, result, None, t2)
+            await self._book_usage(tx, trace, result)
             await tx.update("tasks", task.id, calls=task.calls + 1)
             return code, end
 
         recorded = await self.ctx.store.write(job, eager=True)
         task.calls += 1
         return recorded
+
+    async def _book_usage(self, tx: Tx, trace: _TraceBase, result: TurnResult | None) -> None:
+        """Record what the call used, in the transaction that records the call."""
+        if result is None:
+            return
+        await self.ctx.usage.record(
+            tx,
+            call_id=trace.invocation_id,
+            agent_id=trace.member,
+            usage=result.usage,
+            runtime=trace.runtime_config,
+            route=result.model_route,
+            channel_id=trace.task.channel_id,
+            channel_kind=trace.channel_kind,
+            task_id=trace.task.id,
+        )
 
     def _insert_invocation(
         self,
@@ -581,6 +610,9 @@ class _TraceBase:
     route: str = ""
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
+    # Where the call's usage is booked: the channel's kind and the agent's runtime config.
+    channel_kind: str = ""
+    runtime_config: dict[str, Any] = field(default_factory=dict)
 
 
 def _failure_facts(failure: RuntimeFailure) -> dict[str, float]:
