@@ -461,7 +461,7 @@ bridge_link_codes = Table(
     Column("created", TS, nullable=False),
 )
 
-# -- token and cost accounting (0007) ---------------------------------------------------------------
+# -- token and cost accounting (0007) ------------------------------------------------------------
 turn_usage = Table(
     "turn_usage",
     metadata,

@@ -34,7 +34,6 @@ from parley.core.identity import Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text, scrub, secret_values
-from parley.core.usage import BudgetExhausted
 from parley.core.runtime import (
     NO_REPLY,
     AgentProfile,
@@ -43,6 +42,7 @@ from parley.core.runtime import (
     Turn,
     TurnResult,
 )
+from parley.core.usage import BudgetExhausted
 from parley.service.context import ServiceContext
 from parley.service.conversations.session_state import StateKeeper
 from parley.service.conversations.task_hooks import TaskHooks

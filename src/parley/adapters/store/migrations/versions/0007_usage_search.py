@@ -5,8 +5,9 @@ Revises: 0006
 Create Date: 2026-12-04 18:30:00.000000
 
 The full-text indexes: on SQLite two FTS5 tables (each row's id and text), kept in step with
-``messages`` and ``channel_messages`` by triggers and filled from the rows that exist; on PostgreSQL a GIN index over each table's ``tsvector`` expression, which PostgreSQL
-keeps itself and builds over the existing rows.
+``messages`` and ``channel_messages`` by triggers and filled from the rows that exist; on
+PostgreSQL a GIN index over each table's ``tsvector`` expression, which PostgreSQL keeps itself
+and builds over the existing rows.
 """
 
 from __future__ import annotations
