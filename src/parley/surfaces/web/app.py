@@ -13,13 +13,13 @@ from fastapi.staticfiles import StaticFiles
 
 from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.rest import errors
-from parley.surfaces.web import channels, meetings, pages, signin, workers
+from parley.surfaces.web import channels, insight, meetings, pages, signin, workers
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
 from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, pages, channels, meetings, workers)
+AREAS = (signin, pages, channels, meetings, workers, insight)
 """The UI's modules, each with a ``router`` mounted under ``/ui``."""
 
 
