@@ -254,3 +254,7 @@ async def test_a_spent_tree_budget_refuses_the_trees_turns(
     task = await hub.tasks.get(operator, posted.task_id)
     assert task.end_reason == "failed"
     assert (task.error or "").startswith("budget_exhausted")
+    # A spawn into the spent tree is refused at once, over the API too.
+    refused = await boss.post(f"/v1/workers/{worker.id}/spawn", json={"prompt": "help"})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["code"] == "budget_exhausted"

@@ -212,14 +212,18 @@ class UsageLedger:
                 if why is not None:
                     raise exhausted(budget, why)
 
-    async def check_tree(self, worker_id: str) -> None:
-        """Raise :class:`BudgetExhausted` when ``worker_id``'s tree has spent its budget."""
-        root = await self.root_of(worker_id)
-        async with self.store.read() as tx:
-            budget: Budget | None = await tx.get("usage_budgets", budget_id("tree", root))
-            if budget is None:
-                return
-            why = spent_beyond(budget, await self._spent(tx, budget))
+    async def refuse_spent_tree(self, tx: Tx, worker: Worker) -> None:
+        """Raise :class:`BudgetExhausted` when ``worker``'s tree has spent its budget: a spawn
+        into it is refused at once rather than given a first turn that would be."""
+        w = tx.table("workers").c
+        roots: list[Worker] = await tx.select(
+            "workers", w.trace_id == worker.trace_id, w.parent_worker_id.is_(None), limit=1
+        )
+        root = roots[0].id if roots else worker.id
+        budget: Budget | None = await tx.get("usage_budgets", budget_id("tree", root))
+        if budget is None:
+            return
+        why = spent_beyond(budget, await self._spent(tx, budget))
         if why is not None:
             raise exhausted(budget, why)
 
