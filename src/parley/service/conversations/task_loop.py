@@ -254,9 +254,16 @@ class TaskLoop:
             window=window,
             entries=entries,
         )
-        t1 = clock.monotonic()
         invocation_id = new_ulid()
         runtime: Runtime | None = self.runtime_for(agent)
+        refusal: BudgetExhausted | None = None
+        if runtime is not None:
+            try:
+                # The hub's own work, before the clock starts on the provider.
+                await self.ctx.usage.check(agent.id, task.channel_id, ctx.channel.kind)
+            except BudgetExhausted as spent:
+                refusal = spent
+        t1 = clock.monotonic()
         trace = _TraceBase(
             invocation_id,
             task,
@@ -272,9 +279,7 @@ class TaskLoop:
             return TurnOutcome(kind=None)
         trace.channel_kind = ctx.channel.kind
         trace.runtime_config = agent.runtime
-        try:
-            await self.ctx.usage.check(agent.id, task.channel_id, ctx.channel.kind)
-        except BudgetExhausted as refusal:
+        if refusal is not None:
             # A spent budget refuses the turn before the runtime is asked: the member is named
             # as failed, like any turn that could not be had.
             await self._record(trace, "failed", refusal.code, None, clock.monotonic())
