@@ -52,6 +52,12 @@ async def tree_of(tx: Tx, channel_id: str, task_id: str | None) -> tuple[str | N
     return worker.id, (roots[0].id if roots else worker.id)
 
 
+BUDGETS_FRESH_S = 2.0
+"""How long a hub trusts the budgets it read: every turn asks for them, and most hubs have none.
+A budget set through this hub applies at once; one set through another hub sharing the store,
+within this time."""
+
+
 class UsageLedger:
     """Records, totals and budgets of token and cost usage; one per hub."""
 
@@ -59,6 +65,16 @@ class UsageLedger:
         self.store = store
         self.clock = clock
         self.metrics = metrics
+        self._budgets: list[Budget] | None = None
+        self._budgets_read_at = 0.0
+
+    async def _current_budgets(self) -> list[Budget]:
+        now = self.clock.monotonic()
+        if self._budgets is None or now - self._budgets_read_at > BUDGETS_FRESH_S:
+            async with self.store.read() as tx:
+                self._budgets = await tx.select("usage_budgets")
+            self._budgets_read_at = now
+        return self._budgets
 
     # -- recording --------------------------------------------------------------------------
     async def record(
@@ -181,7 +197,10 @@ class UsageLedger:
             tx.insert("usage_budgets", budget)
             return budget
 
-        return await self.store.write(job)
+        try:
+            return await self.store.write(job)
+        finally:
+            self._budgets = None
 
     async def clear_budget(self, caller: Principal, scope: BudgetScope, key: str) -> bool:
         self._operator(caller)
@@ -191,17 +210,22 @@ class UsageLedger:
         async def job(tx: Tx) -> int:
             return await tx.delete("usage_budgets", budget_id(scope, key))
 
-        return bool(await self.store.write(job))
+        try:
+            return bool(await self.store.write(job))
+        finally:
+            self._budgets = None
 
     async def check(self, agent_id: str, channel_id: str, channel_kind: str) -> None:
         """Raise :class:`BudgetExhausted` when the agent's budget, or its worker tree's, is
-        spent: no turn runs for it then. One small read when no budget is set."""
+        spent: no turn runs for it then. No read of the store while no budget can apply."""
+        rows = await self._current_budgets()
+        mine = budget_id("agent", agent_id)
+        trees = channel_kind == "work" and any(b.scope == "tree" for b in rows)
+        if not trees and all(b.id != mine for b in rows):
+            return
         async with self.store.read() as tx:
-            rows: list[Budget] = await tx.select("usage_budgets")
-            if not rows:
-                return
-            wanted = {budget_id("agent", agent_id)}
-            if channel_kind == "work" and any(b.scope == "tree" for b in rows):
+            wanted = {mine}
+            if trees:
                 _, tree = await tree_of(tx, channel_id, None)
                 if tree is not None:
                     wanted.add(budget_id("tree", tree))
