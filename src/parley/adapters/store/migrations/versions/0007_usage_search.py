@@ -37,13 +37,15 @@ _PG_INDEXES = (
 def _sqlite_fts_up() -> None:
     # Each FTS5 table holds its own copy of the text with the row's id: an external-content
     # table would key on the rowid, which a VACUUM may renumber in a table without an INTEGER
-    # PRIMARY KEY.
+    # PRIMARY KEY. Search matches words and word prefixes only (no phrases, no ranking), so the
+    # index keeps no positions (detail=none) and no column sizes: cheaper to write with each
+    # message.
     for fts, table, columns in _SQLITE_FTS:
         cols = ", ".join(columns)
         new = ", ".join(f"new.{c}" for c in columns)
         op.execute(
             f"CREATE VIRTUAL TABLE {fts} USING fts5(id UNINDEXED, {cols}, "
-            "tokenize='unicode61 remove_diacritics 2')"
+            "tokenize='unicode61 remove_diacritics 2', detail=none, columnsize=0)"
         )
         op.execute(
             f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} BEGIN "
