@@ -389,6 +389,27 @@ class Voices:
             ),
         )
 
+    async def _book_minutes(
+        self, turn: Turn, usage: Usage, agent: Principal, meeting: Meeting, route: str
+    ) -> None:
+        """Record what writing a member's minutes used (a write of its own: minutes are written
+        after the meeting, each draft a call)."""
+        if not usage.reported:
+            return
+        await self.ctx.store.write(
+            lambda tx: self.ctx.usage.record(
+                tx,
+                call_id=turn.invocation_id,
+                agent_id=agent.id,
+                usage=usage,
+                runtime=agent.runtime,
+                route=route,
+                channel_id=meeting.channel_id,
+                channel_kind="meeting",
+                meeting_id=meeting.id,
+            )
+        )
+
     # -- minutes (R8, R11) ------------------------------------------------------------------------
     async def write_minutes(self, meeting: Meeting, room: Room) -> list[Minutes]:
         """Each present member's own minutes by its own runtime, validated; a refused draft is
@@ -427,6 +448,7 @@ class Voices:
                     reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
                     continue
                 text, route = result.text.strip(), redact_text(result.model_route)
+                await self._book_minutes(turn, result.usage, agent, meeting, route)
                 reason = mt.validate_minutes(
                     text,
                     transcript_chars=transcript_chars,
