@@ -4,7 +4,7 @@ the caller could not read."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
@@ -167,3 +167,14 @@ async def test_the_migration_indexes_the_rows_stored_before_it(
     await hub.channels.post(world["alice"], world["group"].id, "A parser for dates too.")
     await hub.tasks.wait_idle()
     assert len(await hub.search.find(operator, SearchQuery(text="parser"))) == 5
+
+
+async def test_a_time_with_an_offset_is_the_same_instant(
+    hub: Hub, operator: Principal, world: dict[str, Any], clock: FakeClock
+) -> None:
+    now = clock.now()
+    east = timezone(timedelta(hours=9))
+    later = SearchQuery(text="parser", since=(now - timedelta(seconds=30)).astimezone(east))
+    assert {h.snippet for h in await hub.search.find(operator, later)} == {
+        "Parsers are next quarter's plan."
+    }

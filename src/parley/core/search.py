@@ -9,10 +9,10 @@ a channel message the channel's members, creator and owner, and the operator.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from parley.core.errors import InvalidRequest
 
@@ -36,6 +36,15 @@ class SearchQuery(BaseModel):
     channel_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
     limit: int = Field(default=50, ge=1, le=200)
 
 

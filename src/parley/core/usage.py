@@ -10,10 +10,10 @@ what one agent or one worker tree may spend; a turn asked for once it is spent i
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from parley.core.errors import Conflict, InvalidRequest
 
@@ -75,6 +75,14 @@ class UsageFilter(BaseModel):
     worker_tree: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Budget(BaseModel):
