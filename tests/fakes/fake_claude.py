@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL = "claude-sonnet-4-5"
+COST_PER_TURN = 0.000125
 TOOLS = ["Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "WebFetch", "TodoWrite"]
 
 
@@ -133,7 +134,8 @@ class Session:
             "result": text,
             "stop_reason": "end_turn",
             "session_id": self.id,
-            "total_cost_usd": 0.000125,
+            # Like Claude Code's: the running total of the process, restated on every result.
+            "total_cost_usd": round(COST_PER_TURN * max(1, self.turns), 6),
             "usage": usage(11, 5),
             "modelUsage": {},
             "permission_denials": [],

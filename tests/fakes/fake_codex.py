@@ -113,7 +113,7 @@ def items(last_line: str) -> None:
             "type": "turn.completed",
             "usage": {
                 "input_tokens": 42,
-                "cached_input_tokens": 0,
+                "cached_input_tokens": 30,
                 "cache_write_input_tokens": 0,
                 "output_tokens": 7,
                 "reasoning_output_tokens": 0,

@@ -291,9 +291,11 @@ def test_command_surface_is_pinned() -> None:
             "transcript",
             "watch",
         ],
+        "search": [],
         "serve": [],
         "task": ["cancel", "show"],
         "token": ["issue"],
+        "usage": ["budget"],
         "whoami": [],
         "worker": [
             "cancel",

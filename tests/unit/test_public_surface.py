@@ -110,6 +110,11 @@ POST /v1/workers/{worker_id}/takeover
 GET /v1/workers/{worker_id}/tree
 GET /v1/sessions/{session_id}/topology
 GET /v1/artifacts/{artifact_id}
+GET /v1/usage
+GET /v1/usage/budgets
+PUT /v1/usage/budgets
+DELETE /v1/usage/budgets/{scope}/{key}
+GET /v1/search
 """
 
 DISCUSS = ("list_channels", "read_channel", "post", "create_private_channel", "discuss_callback")
@@ -172,8 +177,10 @@ GET /ui/meetings/{meeting_id}/live
 GET /ui/meetings/{meeting_id}/older
 GET /ui/overview/live
 GET /ui/signin
+GET /ui/search
 GET /ui/signin/link
 GET /ui/tasks/{task_id}/trace
+GET /ui/usage
 GET /ui/workers
 GET /ui/workers/live
 GET /ui/workers/{worker_id}

@@ -10,6 +10,7 @@ from parley.adapters.runtimes.claude_code import (
     CLAUDE_SESSION_KEY,
     claude_code_argv,
     claude_interrupt_frame,
+    claude_reply,
     claude_user_frame,
     is_stale_session,
     parse_claude_stream,
@@ -25,6 +26,7 @@ from parley.core.errors import RuntimeFailure
 from parley.core.runtime import Usage
 
 SESSION = "6f0c3b7e-51d2-4a0e-9a53-2f1d8c6a9b10"
+CLAUDE_MODEL = "claude-sonnet-4-5"
 
 # What `claude -p --output-format stream-json --verbose` prints for a turn with one tool call.
 CLAUDE_LINES = [
@@ -138,7 +140,25 @@ def test_parse_claude_stream_takes_the_final_result() -> None:
     reply = parse_claude_stream(CLAUDE_LINES)
     assert reply.text == "The plan is sound; migrate in two steps."
     assert reply.runtime_state == {CLAUDE_SESSION_KEY: SESSION}
-    assert reply.usage == Usage(input_tokens=13, output_tokens=45)
+    assert reply.usage == Usage(
+        input_tokens=13,
+        output_tokens=45,
+        cache_read_tokens=12000,
+        cache_write_tokens=3456,
+        model=CLAUDE_MODEL,
+        cost_usd=0.0123,
+    )
+
+
+def test_a_live_process_turns_cost_is_what_its_running_total_grew_by() -> None:
+    # Claude Code restates the process's running total on every result of a live session.
+    second = claude_reply(
+        [json.loads(claude_result(total_cost_usd=0.05, usage={"input_tokens": 3}))],
+        cost_before=0.0123,
+    )
+    assert second.usage.cost_usd == pytest.approx(0.05 - 0.0123)
+    assert second.usage.input_tokens == 3
+    assert claude_reply([json.loads(claude_result())]).usage.cost_usd is None
 
 
 def test_parse_claude_stream_accepts_bytes() -> None:
@@ -296,7 +316,7 @@ CODEX_LINES = [json.dumps(event, separators=(",", ":")) for event in CODEX_EVENT
 def test_parse_codex_stream_takes_the_last_agent_message() -> None:
     reply = parse_codex_stream(CODEX_LINES)
     assert reply.text == "Two steps are enough."
-    assert reply.usage == Usage(input_tokens=24763, output_tokens=122)
+    assert reply.usage == Usage(input_tokens=24763, output_tokens=122, cache_read_tokens=24448)
     assert reply.runtime_state == {CODEX_THREAD_KEY: "0199a213-81c0-7800-8aa1-bbab2a035a53"}
 
 

@@ -113,7 +113,9 @@ async def test_claude_stream_json_reply_session_and_resume() -> None:
     assert runtime.sessions is None
     first = await runtime.respond(make_turn())
     assert first.text == f"heard: {PROMPT.render().strip().splitlines()[-1]}"
-    assert first.usage == Usage(input_tokens=11, output_tokens=5)
+    assert first.usage == Usage(
+        input_tokens=11, output_tokens=5, model="claude-sonnet-4-5", cost_usd=0.000125
+    )
     assert first.runtime_state is not None
     session = first.runtime_state[CLAUDE_SESSION_KEY]
     # The next turn passes the session back; the fake only keeps it if --resume=<id> was given.

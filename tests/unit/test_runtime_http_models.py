@@ -89,7 +89,7 @@ async def test_a_reply_carries_text_usage_and_route(
     result = await runtime.respond(make_turn())
     assert result.text == "I agree with the plan."
     assert result.stop_reason == "completed"
-    assert result.usage == Usage(input_tokens=42, output_tokens=7)
+    assert result.usage == Usage(input_tokens=42, output_tokens=7, model="fake-model")
     assert result.model_route == f"{provider.kind}:{server.base_url}:fake-model"  # type: ignore[attr-defined]
     assert "provider_wait_ms" in result.timings
 

@@ -22,6 +22,8 @@ from parley.core.mail import InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
 from parley.core.rooms import Meeting
 from parley.core.runtime import Turn, TurnResult
+from parley.core.search import SearchHit, SearchQuery
+from parley.core.usage import UsageFilter, UsageTotal
 
 T = TypeVar("T")
 
@@ -165,6 +167,22 @@ class Tx(Protocol):
     ) -> Meeting | None:
         """Count one ended turn of a meeting (and its speech when ``spoke``) under the row's lock
         and give back the row as it stands after; None if there is no such meeting."""
+        ...
+
+    async def usage_totals(
+        self, by: str | None, flt: UsageFilter, viewer: str | None
+    ) -> list[UsageTotal]:
+        """The usage of the calls ``flt`` picks, only ``viewer``'s own unless None: one total
+        per value of ``by`` (agent, day, model, tree, discussion, meeting, channel) in its
+        order, or one total of all for None."""
+        ...
+
+    async def search(
+        self, query: SearchQuery, words: list[str], viewer: str | None
+    ) -> list[SearchHit]:
+        """Mail and channel messages that hold every one of ``words`` (as word prefixes; no
+        words: every message) and pass ``query``'s filters, that ``viewer`` may read (all for
+        None), newest first, at most ``query.limit``."""
         ...
 
 

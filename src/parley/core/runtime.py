@@ -235,8 +235,27 @@ class Turn:
 
 @dataclass(frozen=True)
 class Usage:
+    """What a turn cost, as its runtime reported it: tokens (cache reads and writes apart, where
+    the provider counts them apart), the model that answered, and the cost in US dollars when
+    the runtime states one (Claude Code does; the APIs report tokens only)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    model: str = ""
+    cost_usd: float | None = None
+
+    @property
+    def reported(self) -> bool:
+        """Whether the runtime reported anything to account for."""
+        return bool(
+            self.input_tokens
+            or self.output_tokens
+            or self.cache_read_tokens
+            or self.cache_write_tokens
+            or self.cost_usd
+        )
 
 
 @dataclass(frozen=True)

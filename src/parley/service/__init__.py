@@ -13,7 +13,8 @@ checks this and that there is no import circle)::
                      turns, discussions, invitations
     mail/            inboxes, delivery marks of broadcasts, the mailroom
     (shared)         context.py (ports + settings), events.py, identity.py, quotas.py,
-                     metrics.py, chat_links.py
+                     metrics.py, chat_links.py, usage.py (token and cost records, totals,
+                     budgets), search.py (mail and channel messages)
 
 Meetings and workers sit side by side and never import each other. A capability that must react
 to a lower one's events subscribes instead of being imported by it (a task's start and end:

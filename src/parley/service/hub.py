@@ -29,6 +29,7 @@ from parley.service.meetings.meetings import Meetings
 from parley.service.meetings.pulse import Pulse
 from parley.service.meetings.rooms import Rooms
 from parley.service.metrics import HubMetrics
+from parley.service.search import Search
 from parley.service.tools.toolbox import TurnToolBoxes
 from parley.service.workers.workers import Workers
 
@@ -123,6 +124,8 @@ class Hub:
             self.id,
         )
         self.pulse = Pulse(self.ctx, self.identity, self.mail, self.rooms, self.meetings)
+        self.usage = self.ctx.usage
+        self.search = Search(self.ctx)
         self._background: list[asyncio.Task[None]] = []
         self.operator_token: str | None = None
         self.started = False

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 if TYPE_CHECKING:
     from parley.core.events import Event
+    from parley.core.usage import UsageRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format."""
@@ -73,6 +74,25 @@ class HubMetrics:
         self.sse_subscribers = Gauge(
             "parley_sse_subscribers", "Open server-sent event streams.", registry=r
         )
+        self.tokens = Counter(
+            "parley_tokens",
+            "Tokens runtimes reported, by agent, model and kind (input, output, cache_read, "
+            "cache_write).",
+            ["agent", "model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "parley_cost_usd",
+            "Cost in US dollars that runtimes stated (Claude Code does), by agent and model.",
+            ["agent", "model"],
+            registry=r,
+        )
+        self.usage_turns = Counter(
+            "parley_usage_turns",
+            "Runtime calls that reported usage, by agent and model.",
+            ["agent", "model"],
+            registry=r,
+        )
         self.writer_batch = Histogram(
             "parley_store_write_batch_jobs",
             "Write jobs committed together in one store transaction.",
@@ -115,6 +135,21 @@ class HubMetrics:
             self._labelled(self.provider_seconds, runtime).observe(wait_s)
         hub_ms = timings.get("prompt_build_ms", 0.0) + timings.get("persist_ms", 0.0)
         self._labelled(self.hub_seconds, runtime).observe(hub_ms / 1000)
+
+    def usage_recorded(self, record: UsageRecord) -> None:
+        """Count one committed usage record (``service/usage.py``)."""
+        agent, model = record.agent_id, record.model
+        self._labelled(self.usage_turns, agent, model).inc()
+        for kind, value in (
+            ("input", record.input_tokens),
+            ("output", record.output_tokens),
+            ("cache_read", record.cache_read_tokens),
+            ("cache_write", record.cache_write_tokens),
+        ):
+            if value:
+                self._labelled(self.tokens, agent, model, kind).inc(value)
+        if record.cost_usd:
+            self._labelled(self.cost, agent, model).inc(record.cost_usd)
 
     def batch_committed(self, jobs: int) -> None:
         self.writer_batch.observe(jobs)

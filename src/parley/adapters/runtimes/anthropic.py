@@ -88,7 +88,14 @@ class AnthropicRuntime:
         rounds = ToolRounds(self.model_route, tools)
         while True:
             message = await self._create(system, messages, deadline_s, extra, options)
-            rounds.used(message.usage.input_tokens, message.usage.output_tokens)
+            used = message.usage
+            rounds.used(
+                used.input_tokens,
+                used.output_tokens,
+                model=str(message.model or self.config.model),
+                cache_read=int(getattr(used, "cache_read_input_tokens", None) or 0),
+                cache_write=int(getattr(used, "cache_creation_input_tokens", None) or 0),
+            )
             if tools is not None and message.stop_reason == "tool_use":
                 rounds.next()
                 messages.extend(await self._run_calls(tools, message.content))

@@ -109,8 +109,11 @@ def parse_claude_stream(lines: Iterable[str | bytes]) -> ProviderReply:
     return claude_reply(json_events(lines))
 
 
-def claude_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
+def claude_reply(events: Iterable[dict[str, Any]], *, cost_before: float = 0.0) -> ProviderReply:
     """The final ``result`` event's text, usage and ``session_id`` (kept for ``--resume``).
+
+    ``total_cost_usd`` is the running total of the process: a live process serving many turns
+    restates it on every result, so the turn's cost is what it grew by since ``cost_before``.
 
     Raises :class:`RuntimeFailure` when no ``result`` arrived, or the result is an error
     (``is_error``, or a subtype other than ``success``): a limit reached is a non-completed
@@ -119,10 +122,13 @@ def claude_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
     """
     session_id: str | None = None
     result: dict[str, Any] | None = None
+    model = ""
     for event in events:
         session_id = event.get("session_id") or session_id
         if event.get("type") == "result":
             result = event
+        elif event.get("type") == "system" and event.get("subtype") == "init":
+            model = str(event.get("model") or model)
     if result is None:
         raise RuntimeFailure(
             "Claude Code ended without a result event", reason="error", session_id=session_id
@@ -130,18 +136,35 @@ def claude_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
     subtype = str(result.get("subtype", ""))
     if result.get("is_error") or subtype != "success":
         raise _result_failure(result, subtype, session_id)
-    usage = result.get("usage") or {}
     timings: dict[str, float] = {}
     if isinstance(result.get("duration_ms"), int | float):
         timings["cli_duration_ms"] = float(result["duration_ms"])
     return ProviderReply(
         text=str(result.get("result") or ""),
-        usage=Usage(
-            input_tokens=int(usage.get("input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
-        ),
+        usage=claude_usage(result, model, cost_before),
         runtime_state={CLAUDE_SESSION_KEY: session_id} if session_id else None,
         timings=timings,
+    )
+
+
+def claude_total_cost(result: dict[str, Any]) -> float:
+    """The process's running cost total a ``result`` event states (0 when it states none)."""
+    cost = result.get("total_cost_usd")
+    return float(cost) if isinstance(cost, int | float) else 0.0
+
+
+def claude_usage(result: dict[str, Any], model: str, cost_before: float) -> Usage:
+    """The turn's usage in a ``result`` event: its tokens, and its cost as the growth of the
+    process's running total since ``cost_before``."""
+    usage = result.get("usage") or {}
+    cost = result.get("total_cost_usd")
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        model=model,
+        cost_usd=max(0.0, float(cost) - cost_before) if isinstance(cost, int | float) else None,
     )
 
 
@@ -201,6 +224,8 @@ class LiveClaude:
         # seen before their echo may be followed by a turn that reads them (it queued them).
         self._unacked: set[str] = set()
         self._quiet: asyncio.TimerHandle | None = None
+        # The process's running cost total at its last judged result (see ``claude_reply``).
+        self._cost_total = 0.0
 
     @classmethod
     async def start(
@@ -319,7 +344,9 @@ class LiveClaude:
     def _judge(self) -> ProviderReply:
         events = self._take_events()
         try:
-            return claude_reply(events)
+            reply = claude_reply(events, cost_before=self._cost_total)
+            self._cost_total += reply.usage.cost_usd or 0.0
+            return reply
         except RuntimeFailure as exc:
             self.child.explain(exc)
             raise

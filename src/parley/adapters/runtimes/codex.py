@@ -112,6 +112,8 @@ def codex_reply(events: Iterable[dict[str, Any]]) -> ProviderReply:
         usage=Usage(
             input_tokens=int(usage.get("input_tokens") or 0),
             output_tokens=int(usage.get("output_tokens") or 0),
+            cache_read_tokens=int(usage.get("cached_input_tokens") or 0),
+            cache_write_tokens=int(usage.get("cache_write_input_tokens") or 0),
         ),
         runtime_state={CODEX_THREAD_KEY: thread_id} if thread_id else None,
         timings={"reconnects": float(len(errors))} if errors else {},

@@ -94,7 +94,13 @@ class OpenAIRuntime:
         while True:
             completion = await self._create(messages, deadline_s, options)
             if completion.usage is not None:
-                rounds.used(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+                details = completion.usage.prompt_tokens_details
+                rounds.used(
+                    completion.usage.prompt_tokens,
+                    completion.usage.completion_tokens,
+                    model=str(completion.model or self.config.model),
+                    cache_read=int(getattr(details, "cached_tokens", None) or 0),
+                )
             if not completion.choices:
                 raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
             choice = completion.choices[0]

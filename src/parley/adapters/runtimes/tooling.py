@@ -42,11 +42,23 @@ class ToolRounds:
         self.done = 0
         self.usage = Usage()
 
-    def used(self, input_tokens: int, output_tokens: int) -> None:
-        """Count the tokens of one call to the model."""
+    def used(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        model: str = "",
+        cache_read: int = 0,
+        cache_write: int = 0,
+    ) -> None:
+        """Count the tokens of one call to the model; ``model`` is the one that answered."""
+        u = self.usage
         self.usage = Usage(
-            input_tokens=self.usage.input_tokens + input_tokens,
-            output_tokens=self.usage.output_tokens + output_tokens,
+            input_tokens=u.input_tokens + input_tokens,
+            output_tokens=u.output_tokens + output_tokens,
+            cache_read_tokens=u.cache_read_tokens + cache_read,
+            cache_write_tokens=u.cache_write_tokens + cache_write,
+            model=model or u.model,
         )
 
     def next(self) -> None:

@@ -24,6 +24,7 @@ from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import Message
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
+from parley.core.usage import Budget, UsageRecord
 from parley.core.workers import Artifact, Worker
 
 RECORDS: dict[str, tuple[Table, type[BaseModel]]] = {
@@ -50,6 +51,8 @@ RECORDS: dict[str, tuple[Table, type[BaseModel]]] = {
     "bridge_relays": (s.bridge_relays, BridgeRelay),
     "bridge_links": (s.bridge_links, BridgeLink),
     "bridge_link_codes": (s.bridge_link_codes, LinkCode),
+    "turn_usage": (s.turn_usage, UsageRecord),
+    "usage_budgets": (s.usage_budgets, Budget),
 }
 # Each record's table by name.
 RECORD_TABLES = {name: table for name, (table, _) in RECORDS.items()}

@@ -460,3 +460,44 @@ bridge_link_codes = Table(
     Column("used", Boolean, nullable=False, server_default=text("false")),
     Column("created", TS, nullable=False),
 )
+
+# -- token and cost accounting (0007) ------------------------------------------------------------
+turn_usage = Table(
+    "turn_usage",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("runtime", String(32), nullable=False),
+    Column("input_tokens", Integer, nullable=False, server_default="0"),
+    Column("output_tokens", Integer, nullable=False, server_default="0"),
+    Column("cache_read_tokens", Integer, nullable=False, server_default="0"),
+    Column("cache_write_tokens", Integer, nullable=False, server_default="0"),
+    Column("cost_usd", Float),
+    Column("channel_id", String(64)),
+    Column("discussion_id", String(64)),
+    Column("meeting_id", String(64)),
+    Column("task_id", String(64)),
+    Column("worker_id", String(64)),
+    Column("worker_tree", String(64)),
+    Column("day", String(10), nullable=False),
+    Column("created", TS, nullable=False),
+    Index("ix_turn_usage_agent", "agent_id"),
+    Index("ix_turn_usage_tree", "worker_tree"),
+    Index("ix_turn_usage_day", "day"),
+)
+
+usage_budgets = Table(
+    "usage_budgets",
+    metadata,
+    Column("id", String(140), primary_key=True),
+    Column("scope", String(16), nullable=False),
+    Column("key", String(64), nullable=False),
+    Column("max_tokens", Integer),
+    Column("max_cost_usd", Float),
+    Column("created_by", String(64), nullable=False),
+    Column("created", TS, nullable=False),
+)
+# The full-text indexes of mail (subject, body) and channel messages (content) are made by
+# migration 0007 outside this metadata: an FTS5 table kept by triggers on SQLite, an expression
+# GIN index on PostgreSQL (``adapters/store/search.py`` queries them).

@@ -26,6 +26,8 @@ from sqlalchemy.sql.expression import ClauseElement
 
 from parley.adapters.store import queries as q
 from parley.adapters.store import schema as s
+from parley.adapters.store import search as fts
+from parley.adapters.store import usage as usage_sql
 from parley.adapters.store.records import RECORDS, row_to, to_row, utc
 from parley.adapters.store.statements import (
     Conversions,
@@ -43,6 +45,8 @@ from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
 from parley.core.ports import Page
 from parley.core.rooms import Meeting
+from parley.core.search import SearchHit, SearchQuery, snippet
+from parley.core.usage import UsageFilter, UsageTotal
 
 T = TypeVar("T")
 Job = Callable[["SqlTx"], Awaitable[T]]
@@ -634,3 +638,49 @@ class SqlTx:
         params = {"_agent": agent_id, "_channel": channel_id}
         row = (await self.run(q.SESSION_FOR, params)).mapping()
         return None if row is None else row_to("sessions", row)
+
+    # -- usage and search (0007) -----------------------------------------------------------------
+    async def usage_totals(
+        self, by: str | None, flt: UsageFilter, viewer: str | None
+    ) -> list[UsageTotal]:
+        result = await self.execute(usage_sql.totals_statement(by, flt, viewer))
+        return [UsageTotal.model_validate(row) for row in result.mappings()]
+
+    async def search(
+        self, query: SearchQuery, words: list[str], viewer: str | None
+    ) -> list[SearchHit]:
+        dialect = self._compiler.name
+        hits: list[SearchHit] = []
+        if query.source in (None, "mail"):
+            rows = await self.execute(fts.mail_statement(dialect, query, words, viewer))
+            for r in rows.mappings():
+                hits.append(
+                    SearchHit(
+                        source="mail",
+                        id=r["id"],
+                        sender_id=r["from_id"],
+                        recipient_id=r["recipient_id"],
+                        created=utc(r["created"]),
+                        kind=r["kind"],
+                        channel_id=r["to_id"] if r["to_kind"] == "channel" else None,
+                        subject=r["subject"],
+                        snippet=snippet(r["body"], words),
+                    )
+                )
+        if query.source in (None, "channel"):
+            rows = await self.execute(fts.channel_statement(dialect, query, words, viewer))
+            for r in rows.mappings():
+                hits.append(
+                    SearchHit(
+                        source="channel",
+                        id=r["id"],
+                        sender_id=r["sender_id"],
+                        created=utc(r["created"]),
+                        kind=r["kind"],
+                        channel_id=r["channel_id"],
+                        subject=r["name"],
+                        snippet=snippet(r["content"], words),
+                    )
+                )
+        hits.sort(key=lambda h: (h.created, h.id), reverse=True)
+        return hits[: query.limit]

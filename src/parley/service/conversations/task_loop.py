@@ -45,6 +45,7 @@ from parley.core.runtime import (
     TurnInput,
     TurnResult,
 )
+from parley.core.usage import BudgetExhausted
 from parley.service.context import ServiceContext
 from parley.service.conversations.session_state import StateKeeper
 from parley.service.conversations.task_hooks import TaskHooks
@@ -257,9 +258,16 @@ class TaskLoop:
             window=window,
             entries=entries,
         )
-        t1 = clock.monotonic()
         invocation_id = new_ulid()
         runtime: Runtime | None = self.runtime_for(agent)
+        refusal: BudgetExhausted | None = None
+        if runtime is not None:
+            try:
+                # The hub's own work, before the clock starts on the provider.
+                await self.ctx.usage.check(agent.id, task.channel_id, ctx.channel.kind)
+            except BudgetExhausted as spent:
+                refusal = spent
+        t1 = clock.monotonic()
         trace = _TraceBase(
             invocation_id,
             task,
@@ -273,6 +281,13 @@ class TaskLoop:
         )
         if runtime is None:
             return TurnOutcome(kind=None)
+        trace.channel_kind = ctx.channel.kind
+        trace.runtime_config = agent.runtime
+        if refusal is not None:
+            # A spent budget refuses the turn before the runtime is asked: the member is named
+            # as failed, like any turn that could not be had.
+            await self._record(trace, "failed", refusal.code, None, clock.monotonic())
+            return TurnOutcome(kind="failed", reason=f"{refusal.code}: {refusal.message}")
         kept: LogicalSession = session
         state = StateKeeper(
             session.runtime_state,
@@ -426,6 +441,7 @@ class TaskLoop:
             if seq is None:
                 reason, end = await self._stop_reason(task, tx)
                 self._insert_invocation(tx, trace, "rejected", reason, result, None, t2)
+                await self._book_usage(tx, trace, result)
                 outcome = TurnOutcome(kind="rejected", reason=reason, end=end)
                 return outcome, []
             missed: list[ChannelMessage] = []
@@ -451,6 +467,7 @@ class TaskLoop:
                 seq=seq,
             )
             self._insert_invocation(tx, trace, "accepted", None, result, message.id, t2)
+            await self._book_usage(tx, trace, result)
             # The task's counters are written at each round and at the end, not per reply: the
             # invocation records are the per-call truth, and a turn stays one small commit.
             return TurnOutcome(kind="accepted", voted=reply.voted_done, message=message), missed
@@ -484,12 +501,29 @@ class TaskLoop:
         async def job(tx: Tx) -> tuple[str | None, EndReason | None]:
             code, end = await self._stop_reason(task, tx) if stopped else (reason, None)
             self._insert_invocation(tx, trace, outcome, code, result, None, t2)
+            await self._book_usage(tx, trace, result)
             await tx.update("tasks", task.id, calls=task.calls + 1)
             return code, end
 
         recorded = await self.ctx.store.write(job, eager=True)
         task.calls += 1
         return recorded
+
+    async def _book_usage(self, tx: Tx, trace: _TraceBase, result: TurnResult | None) -> None:
+        """Record what the call used, in the transaction that records the call."""
+        if result is None:
+            return
+        await self.ctx.usage.record(
+            tx,
+            call_id=trace.invocation_id,
+            agent_id=trace.member,
+            usage=result.usage,
+            runtime=trace.runtime_config,
+            route=result.model_route,
+            channel_id=trace.task.channel_id,
+            channel_kind=trace.channel_kind,
+            task_id=trace.task.id,
+        )
 
     def _insert_invocation(
         self,
@@ -623,6 +657,9 @@ class _TraceBase:
     route: str = ""
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
+    # Where the call's usage is booked: the channel's kind and the agent's runtime config.
+    channel_kind: str = ""
+    runtime_config: dict[str, Any] = field(default_factory=dict)
 
 
 async def _stop_all(tasks: Sequence[asyncio.Future[Any]]) -> None:

@@ -260,6 +260,19 @@ class MeetingDriver:
         route = redact_text(result.model_route) if result else meeting.moderator_route
 
         async def job(tx: Tx) -> SpeakerContext | None:
+            if result is not None and agent is not None:
+                # The moderator's call costs whoever's runtime answered it.
+                await self.ctx.usage.record(
+                    tx,
+                    call_id=invocation_id,
+                    agent_id=agent.id,
+                    usage=result.usage,
+                    runtime=agent.runtime,
+                    route=route,
+                    channel_id=meeting.channel_id,
+                    channel_kind="meeting",
+                    meeting_id=meeting.id,
+                )
             if runtime is not None:
                 self.voices.invocation(
                     tx,

@@ -20,7 +20,8 @@ from parley.core.limits import text_problem
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
 from parley.core.rooms import Meeting, Minutes, Room, Speech, SpeechOutcome
-from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, Turn, Usage
+from parley.core.usage import BudgetExhausted
 from parley.service.context import ServiceContext
 from parley.service.conversations.channels import Channels
 from parley.service.conversations.tasks import TaskRunner
@@ -167,6 +168,10 @@ class Voices:
         )
         if runtime is None:
             return await record(1, "failed", route="", reason="no_runtime")
+        try:
+            await self.ctx.usage.check(member, meeting.channel_id, "meeting")
+        except BudgetExhausted as refusal:
+            return await record(1, "failed", route="", reason=refusal.code)
         limit = room.config.speech_limit
         humans = [m for m in context.channel_members if m not in present]
         system = "\n\n".join(
@@ -203,6 +208,10 @@ class Voices:
                     attempt, "failed", route=route, reason=exc.code, started=started
                 )
             text, route = result.text.strip(), redact_text(result.model_route)
+            # Each attempt's usage is booked with its record.
+            record = functools.partial(
+                record, usage=result.usage, call_id=turn.invocation_id, runtime=agent.runtime
+            )
             if result.is_silent:
                 return await record(
                     attempt, "failed", route=route, reason="no_reply", started=started
@@ -244,6 +253,9 @@ class Voices:
         text: str | None = None,
         chars: int = 0,
         started: float | None = None,
+        usage: Usage | None = None,
+        call_id: str | None = None,
+        runtime: dict[str, object] | None = None,
     ) -> tuple[Meeting, list[ChannelMessage]]:
         """Commit one speech attempt: the speech itself when accepted, its record, and the
         meeting's counters when it ends the member's turn (all but a first ``over_limit``).
@@ -290,6 +302,18 @@ class Voices:
                 ),
             )
             await tx.update("room_members", member, last_activity=self.ctx.clock.now())
+            if usage is not None:
+                await self.ctx.usage.record(
+                    tx,
+                    call_id=call_id or new_ulid(),
+                    agent_id=member,
+                    usage=usage,
+                    runtime=dict(runtime or {"kind": runtime_kind}),
+                    route=route,
+                    channel_id=meeting.channel_id,
+                    channel_kind="meeting",
+                    meeting_id=meeting.id,
+                )
             if started is not None:
                 self.count_call(
                     tx,
@@ -365,6 +389,27 @@ class Voices:
             ),
         )
 
+    async def _book_minutes(
+        self, turn: Turn, usage: Usage, agent: Principal, meeting: Meeting, route: str
+    ) -> None:
+        """Record what writing a member's minutes used (a write of its own: minutes are written
+        after the meeting, each draft a call)."""
+        if not usage.reported:
+            return
+        await self.ctx.store.write(
+            lambda tx: self.ctx.usage.record(
+                tx,
+                call_id=turn.invocation_id,
+                agent_id=agent.id,
+                usage=usage,
+                runtime=agent.runtime,
+                route=route,
+                channel_id=meeting.channel_id,
+                channel_kind="meeting",
+                meeting_id=meeting.id,
+            )
+        )
+
     # -- minutes (R8, R11) ------------------------------------------------------------------------
     async def write_minutes(self, meeting: Meeting, room: Room) -> list[Minutes]:
         """Each present member's own minutes by its own runtime, validated; a refused draft is
@@ -403,6 +448,7 @@ class Voices:
                     reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
                     continue
                 text, route = result.text.strip(), redact_text(result.model_route)
+                await self._book_minutes(turn, result.usage, agent, meeting, route)
                 reason = mt.validate_minutes(
                     text,
                     transcript_chars=transcript_chars,

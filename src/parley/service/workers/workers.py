@@ -365,6 +365,7 @@ class Workers(WorkerRecords):
                     state=parent.state,
                 )
             await worker_limits.check_room(self, tx, parent)
+            await self.ctx.usage.refuse_spent_tree(tx, parent)
             agent = await self._agent(tx, spec.agent_id or parent.agent_id)
             if agent.id not in (caller.id, parent.agent_id):
                 await self.channels.check_consent(tx, caller, [agent.id])

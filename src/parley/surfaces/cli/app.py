@@ -23,6 +23,7 @@ from parley.surfaces.cli import (
     mailroom,
     rooms,
     serve,
+    usage,
     workers,
 )
 from parley.surfaces.cli.client import CliFailure
@@ -106,6 +107,8 @@ app.add_typer(discuss.group_app, name="group")
 app.add_typer(rooms.room_app, name="room")
 app.add_typer(workers.worker_app, name="worker")
 app.add_typer(discord.discord_app, name="discord")
+app.add_typer(usage.usage_app, name="usage")
+app.command("search")(usage.search)
 
 
 def main() -> None:

@@ -222,6 +222,9 @@ class HubClient:
     def post(self, path: str, body: Any = None, **params: Any) -> Any:
         return self.request("POST", path, params=params, json_body={} if body is None else body)
 
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, json_body=body)
+
     def patch(self, path: str, body: Any) -> Any:
         return self.request("PATCH", path, json_body=body)
 

@@ -28,8 +28,10 @@ from parley.surfaces.rest.routers import (
     membership,
     metrics,
     rooms,
+    search,
     streams,
     turns,
+    usage,
     workers,
 )
 from parley.surfaces.web.app import mount as mount_web_ui
@@ -86,6 +88,8 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         rooms,
         workers,
         bridge,
+        usage,
+        search,
     ):
         app.include_router(module.router)
     # The web UI at /ui (S5), outside the OpenAPI document; its pages call the same services.
