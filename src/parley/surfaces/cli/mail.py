@@ -194,7 +194,13 @@ def inbox(
             more = more or len(messages) > limit
             messages = messages[:limit]
             break
-    emit(ctx, as_json, messages, lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms)))
+    emit(
+        ctx,
+        as_json,
+        messages,
+        # The owner is in the title: at 80 columns "to" and the labels go first.
+        lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms), drop=("to", "labels")),
+    )
     if more:
         # Never lose mail silently: say where the rest begins (on stderr, so --json stays JSON).
         sys.stderr.write(f"more mail follows; list it with --after-seq {messages[-1]['seq']}\n")
@@ -210,7 +216,12 @@ def show(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -
 def thread(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
     """Replies, the same correlation id and related messages."""
     messages = client(ctx).get(f"/v1/mail/{message_id}/thread")
-    emit(ctx, as_json, messages, lambda ms: table("thread", MAIL_COLUMNS, mail_rows(ms)))
+    emit(
+        ctx,
+        as_json,
+        messages,
+        lambda ms: table("thread", MAIL_COLUMNS, mail_rows(ms), drop=("labels",)),
+    )
 
 
 def move(
