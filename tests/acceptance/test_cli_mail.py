@@ -230,9 +230,9 @@ def test_events_lists_what_happened(cli: Cli) -> None:
     prefix = cli.json("events", "--type", "agent.", "--limit", "5")
     assert {e["type"] for e in prefix} == {"agent.created"}
     everything = cli.json("events")
-    assert everything[0]["type"] == "principal.created"
-    after = cli.json("events", "--after", everything[0]["id"])
-    assert everything[0]["id"] not in {e["id"] for e in after}
+    assert everything[-1]["type"] == "principal.created"
+    after = cli.json("events", "--after", everything[-1]["id"])
+    assert everything[-1]["id"] not in {e["id"] for e in after}
     alice = cli.json("token", "issue", "alice")["token"]
     cli.fails("events", token=alice, code="operator_only")
 
