@@ -23,6 +23,7 @@ from parley.surfaces.cli import (
     mailroom,
     rooms,
     serve,
+    status,
     workers,
 )
 from parley.surfaces.cli.client import CliFailure
@@ -91,6 +92,8 @@ def root(
 
 app.command("serve")(serve.serve)
 app.command("whoami")(agents.whoami)
+app.command("status")(status.status)
+app.command("ui")(status.ui)
 app.command("events")(events.events)
 app.command("demo")(extras.demo)
 app.command("mcp")(extras.mcp)

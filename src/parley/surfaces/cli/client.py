@@ -208,6 +208,21 @@ class HubClient:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
 
+    def probe(self, path: str) -> tuple[int, dict[str, Any]]:
+        """GET a health endpoint: its status and JSON body whatever the status (a hub that is
+        not ready answers 503 with why)."""
+        import httpx
+
+        try:
+            response = self._http.get(path)
+        except httpx.TransportError as exc:
+            raise self.unreachable(exc) from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        return response.status_code, body if isinstance(body, dict) else {}
+
     def pages(self, path: str, **params: Any) -> Iterator[tuple[list[Any], bool]]:
         """Each page of a list and whether more follow it, following the hub's
         ``Link: <…>; rel="next"`` (a long list comes a page at a time)."""
