@@ -51,14 +51,15 @@ def test_follow_starts_from_now_unless_from_start(cli: Cli, hub: ServedHub) -> N
     try:
         err.wait_for(lambda line: line.startswith("following the event log"), 60)
         cli.json("agent", "add", "bob")
-        first = json.loads(out.wait_for(lambda line: line.startswith("{"), 60))
-        assert (first["type"], first["subject"]) == ("agent.created", "bob")
+        line = json.loads(out.wait_for(lambda line: line.startswith("{"), 60))
+        assert line["event"] == "event"
+        assert (line["data"]["type"], line["data"]["subject"]) == ("agent.created", "bob")
     finally:
         proc.terminate()
         proc.wait(20)
     proc, out, err = follow(hub, "--from-start")
     try:
-        first = json.loads(out.wait_for(lambda line: line.startswith("{"), 60))
+        first = json.loads(out.wait_for(lambda line: line.startswith("{"), 60))["data"]
         assert first["type"] == "principal.created"
     finally:
         proc.terminate()

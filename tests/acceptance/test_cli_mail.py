@@ -178,9 +178,9 @@ def test_mail_watch_follows_the_inbox(cli: Cli, hub: ServedHub) -> None:
         assert watcher.stdout is not None
         lines = LineReader(watcher.stdout)
         seen = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
-        assert seen["id"] == first["id"]
+        assert seen["event"] == "mail" and seen["data"]["id"] == first["id"]
         second = cli.json("mail", "send", "alice", "--subject", "live one")
-        live = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
+        live = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))["data"]
         assert (live["id"], live["subject"]) == (second["id"], "live one")
     finally:
         watcher.terminate()

@@ -292,8 +292,10 @@ def test_command_surface_is_pinned() -> None:
             "watch",
         ],
         "serve": [],
+        "status": [],
         "task": ["cancel", "show"],
         "token": ["issue"],
+        "ui": [],
         "whoami": [],
         "worker": [
             "cancel",

@@ -182,6 +182,7 @@ POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
 POST /ui/signin
+POST /ui/signin/links
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel
 POST /ui/workers/start

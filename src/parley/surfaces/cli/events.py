@@ -18,7 +18,7 @@ from parley.surfaces.cli.output import (
     console,
     ctrl_c_stops_watching,
     emit,
-    print_json_line,
+    print_event,
     table,
     wants_json,
     when_short,
@@ -135,7 +135,7 @@ def matches(ev: dict[str, Any], type_: str | None, subject: str | None, actor: s
 
 def show_event(ev: dict[str, Any], machine: bool) -> None:
     if machine:
-        print_json_line(ev)
+        print_event("event", ev)
         return
     _, time, type_, actor, subject, payload = event_row(ev)
     line = Text()

@@ -21,7 +21,7 @@ from parley.surfaces.cli.output import (
     emit,
     fields,
     json_object,
-    print_json_line,
+    print_event,
     table,
     wants_json,
     when,
@@ -249,15 +249,17 @@ def start(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) 
 def close(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close your message (it is archived, optionally under a label; the operator: anyone's)."""
+    """Close your message: it is done, leaves the inbox and is archived (under --label when
+    given). The last step of mail; the operator may close anyone's."""
     move(ctx, message_id, "closed", label, as_json)
 
 
-@mail_app.command("archive")
+# ``close`` archives: one verb. ``archive`` stays, unlisted, for the scripts that use it.
+@mail_app.command("archive", hidden=True)
 def archive(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close and archive your message under a label (the operator: anyone's)."""
+    """The same as close: close your message, which archives it (under --label when given)."""
     archived = client(ctx).post(f"/v1/mail/{message_id}/archive", {"label": label})
     emit(ctx, as_json, archived, render_changed)
 
@@ -339,7 +341,7 @@ def watch(
                 continue
             m = event.json()
             if machine:
-                print_json_line(m)
+                print_event("mail", m)
                 continue
             line = Text()
             line.append(f"{when(m.get('created'))} ", style="dim")

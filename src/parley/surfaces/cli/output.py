@@ -106,9 +106,15 @@ def print_json(data: Any) -> None:
 
 
 def print_json_line(data: Any) -> None:
-    """One compact JSON document per line, for streams."""
+    """One compact JSON document per line, for streams. Every live view prints the same
+    shape: ``{"event": <what happened>, "data": <the API's object>}`` (``print_event``)."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def print_event(event: str, data: Any) -> None:
+    """One line of a live view in ``--json``: what happened and the API's object."""
+    print_json_line({"event": event, "data": data})
 
 
 def print_error(code: str, message: str) -> None:
