@@ -30,7 +30,6 @@ from parley.surfaces.cli import (
 from parley.surfaces.cli.client import CliFailure
 from parley.surfaces.cli.output import State, print_error, state
 
-
 # Commands that do not print an answer of the hub: ``--json`` means nothing to them.
 NO_JSON = frozenset({"serve", "demo", "mcp"})
 # How a value is shown in help, by the type typer reports: a word, never a Python type.
