@@ -130,7 +130,7 @@ class Rooms:
             raise Conflict(
                 f"{caller.id!r} already has {created} rooms it created, the most one principal "
                 f"may have ({limit}); delete one it no longer uses (`parley room delete <id>`, "
-                "REST: DELETE /v1/rooms/{{id}}) and try again",
+                "REST: DELETE /v1/rooms/{id}) and try again",
                 code="room_limit_reached",
                 limit=limit,
             )
