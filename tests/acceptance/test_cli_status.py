@@ -42,3 +42,18 @@ def test_ui_prints_a_one_time_sign_in_link_without_opening_a_browser(
     with httpx.Client() as again:
         assert again.get(data["link"]).status_code == 401
     cli.fails("ui", token="pt_not-a-token", code="invalid_token")
+
+
+def test_serve_names_the_web_ui_and_its_api_docs_work_offline(hub: ServedHub) -> None:
+    banner = hub.output.text()
+    assert f"web UI          {hub.url}/ui/" in banner
+    with httpx.Client(base_url=hub.url) as anyone:
+        page = anyone.get("/docs")
+        assert page.status_code == 200
+        # Nothing from another host: the page works without the internet.
+        assert "cdn" not in page.text and "https://" not in page.text.split("<body>")[-1]
+        for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+            assert f"/ui/static/swagger-ui/{asset}" in page.text
+            served = anyone.get(f"/ui/static/swagger-ui/{asset}")
+            assert served.status_code == 200 and len(served.content) > 100_000
+        assert anyone.get("/redoc", follow_redirects=True).url.path == "/docs"
