@@ -97,3 +97,14 @@ def test_close_and_archive_are_one_verb() -> None:
         check_transition("closed", "closed")
     assert again.value.code == "backward_transition"
     assert "already closed, which archived it" in again.value.message
+
+
+def test_the_mailroom_names_of_the_operator_are_documented() -> None:
+    from pathlib import Path
+
+    from parley.core.mailroom import BROADCAST_NAME, OPERATOR_NAME
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"the operator is written `{OPERATOR_NAME}`" in readme
+    assert f"recipient `{BROADCAST_NAME}`" in readme
+    assert f"operator is written `{OPERATOR_NAME}`" in help_of("mailroom", "export")
