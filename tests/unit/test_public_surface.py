@@ -206,7 +206,7 @@ def test_web_ui_routes_are_pinned() -> None:
 
 def test_mcp_tool_profiles_are_pinned() -> None:
     expected = {
-        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS, *ROOMS),
+        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS),
         "mail": MAIL,
         "discuss": ("whoami", *DISCUSS, *INVITATIONS, *TURNS, "wait_for_mail"),
         "rooms": ("whoami", *ROOMS, *TURNS, "wait_for_mail"),
