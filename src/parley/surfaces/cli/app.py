@@ -61,13 +61,9 @@ def tidy_help(command: Any, name: str, json_flag: Any) -> None:
         for sub_name, sub in subcommands.items():
             tidy_help(sub, sub_name, json_flag)
         return
+    name_values(command.params)
     for param in command.params:
-        if param.param_type_name == "option":
-            if param.is_flag or param.count:
-                param.metavar = ""
-            elif param.metavar is None:
-                param.metavar = value_name(param)
-        elif param.param_type_name == "argument":
+        if param.param_type_name == "argument":
             if param.metavar is None:
                 param.metavar = (param.name or "value").upper()
             if not param.help and (param.name or "").endswith("_id"):
@@ -78,6 +74,17 @@ def tidy_help(command: Any, name: str, json_flag: Any) -> None:
     has_json = any("--json" in p.opts for p in command.params)
     if not has_json and name not in NO_JSON:
         command.params.append(json_option(json_flag))
+
+
+def name_values(params: Any) -> None:
+    """Options: a flag shows no value, any other option a word in capitals."""
+    for param in params:
+        if param.param_type_name != "option":
+            continue
+        if param.is_flag or param.count:
+            param.metavar = ""
+        elif param.metavar is None:
+            param.metavar = value_name(param)
 
 
 def quiet_help_flag(command: Any) -> None:
@@ -115,11 +122,7 @@ class ParleyGroup(TyperGroup):
         if not self.tidied:
             json_flag = next(p for p in self.params if "--json" in p.opts)
             tidy_help(self, self.name or "parley", json_flag)
-            for param in self.params:
-                if param.param_type_name == "option" and (param.is_flag or param.count):
-                    param.metavar = ""
-                elif param.param_type_name == "option" and param.metavar is None:
-                    param.metavar = value_name(param)
+            name_values(self.params)
             self.tidied = True
         return self
 
