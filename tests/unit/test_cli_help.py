@@ -59,6 +59,7 @@ def test_help_shows_no_python_types_and_no_value_for_flags() -> None:
         if re.search(r"[{\[]([a-z_]+)[}\]]", usage.replace("[OPTIONS]", "")):
             offenders.append(f"{path}: {usage}")
     assert offenders == []
+    assert "{AGENT_ID}" in help_of("agent", "show") and "{TO}" in help_of("mail", "send")
 
 
 def test_json_is_listed_on_every_command_that_answers() -> None:

@@ -64,7 +64,8 @@ def tidy_help(command: Any, name: str, json_flag: Any) -> None:
     name_values(command.params)
     for param in command.params:
         if param.param_type_name == "argument":
-            if param.metavar is None:
+            # A bare ID says less than the name it stands for: AGENT_ID, like CHANNEL_ID.
+            if param.metavar is None or (param.metavar == "ID" and param.name):
                 param.metavar = (param.name or "value").upper()
             if not param.help and (param.name or "").endswith("_id"):
                 noun = param.name.removesuffix("_id").replace("_", " ")
