@@ -95,6 +95,7 @@ GET /v1/tasks/{task_id}/invocations
 GET /v1/turns/next
 POST /v1/turns/{turn_id}/no_reply
 POST /v1/turns/{turn_id}/speak
+POST /v1/ui/signin-links
 GET /v1/whoami
 GET /v1/workers
 POST /v1/workers
@@ -182,7 +183,6 @@ POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
 POST /ui/signin
-POST /ui/signin/links
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel
 POST /ui/workers/start

@@ -171,7 +171,7 @@ def ui(
     """Print a link that signs a browser into the web UI as you, once (for ten minutes), and
     open it in a browser when this machine has one."""
     hub = client(ctx)
-    issued = hub.post("/ui/signin/links")
+    issued = hub.post("/v1/ui/signin-links")
     url = hub.config.url + issued["path"]
     opened = open_browser and browser_available() and open_in_browser(url)
     data = {

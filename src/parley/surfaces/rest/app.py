@@ -30,6 +30,7 @@ from parley.surfaces.rest.routers import (
     membership,
     metrics,
     rooms,
+    signin_links,
     streams,
     turns,
     workers,
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         rooms,
         workers,
         bridge,
+        signin_links,
     ):
         app.include_router(module.router)
     # The web UI at /ui (S5), outside the OpenAPI document; its pages call the same services.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from parley.core.errors import RateLimited, Unauthenticated
 from parley.core.identity import hash_token
@@ -21,8 +21,6 @@ from parley.surfaces.web.auth import (
 from parley.surfaces.web.render import html, retry_after
 
 router = APIRouter()
-# How long a sign-in link printed by ``parley ui`` works (once).
-SIGN_IN_LINK_TTL_S = 600.0
 
 
 def _form(request: Request, error: str | None = None, status_code: int = 200) -> HTMLResponse:
@@ -78,27 +76,6 @@ async def signin_link(request: Request, key: str = "") -> HTMLResponse | Redirec
     except Unauthenticated as exc:
         return _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 401)
     return _signed_in(request, principal.id, digest)
-
-
-@router.post("/signin/links", response_model=None)
-async def issue_signin_link(request: Request) -> JSONResponse:
-    """A one-time sign-in link for the bearer token's own principal (``parley ui`` asks for
-    one): the browser signs in with the code, never the token, once and within minutes. The
-    token comes in the Authorization header, which a browser never sends by itself."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    try:
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated(
-                "send your token as 'Authorization: Bearer <token>'", code="missing_token"
-            )
-        await hub_of(request).identity.authenticate(token.strip())
-    except Unauthenticated as exc:
-        return JSONResponse({"code": exc.code, "message": exc.message}, status_code=401)
-    code = sessions_of(request).issue_code(hash_token(token.strip()), ttl_s=SIGN_IN_LINK_TTL_S)
-    return JSONResponse(
-        {"path": f"{PREFIX}/signin/link?key={code}", "expires_in_s": SIGN_IN_LINK_TTL_S},
-        status_code=201,
-    )
 
 
 @router.post("/signout")
