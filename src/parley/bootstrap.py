@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parley.adapters.bus.memory import MemoryBus
 from parley.adapters.store.sql_store import SqlStore
@@ -105,6 +106,24 @@ def build_hub(
     return hub
 
 
+DISCORD_EXTRA_HINT = "pip install 'parley[discord]'"
+
+
+def discord_adapter() -> Any:
+    """The Discord adapter module, or a refusal that says how to install discord.py: it comes
+    with the ``discord`` extra only."""
+    try:
+        return importlib.import_module("parley.adapters.bridges.discord")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "discord":
+            raise
+        raise ConfigError(
+            f"the Discord bridge needs discord.py, which is not installed: {DISCORD_EXTRA_HINT} "
+            "(or leave the PARLEY_DISCORD_* variables unset to run without the bridge)",
+            code="discord_not_installed",
+        ) from None
+
+
 def build_discord_bridge(hub: Hub, settings: Settings) -> Bridge:
     """The Discord bridge over a hub built from ``settings``; discord.py is imported here, never
     before."""
@@ -114,13 +133,13 @@ def build_discord_bridge(hub: Hub, settings: Settings) -> Bridge:
             f"the Discord bridge needs {', '.join(missing)}; see docs/discord.md",
             code="discord_not_configured",
         )
-    from parley.adapters.bridges.discord import DiscordBridge
+    discord_bridge = discord_adapter().DiscordBridge
     from parley.service.bridge.bridge import Bridge
 
     assert settings.discord_token is not None
     assert settings.discord_guild_id is not None
     assert settings.discord_forum_channel_id is not None
-    chat = DiscordBridge(
+    chat = discord_bridge(
         settings.discord_token.get_secret_value(),
         guild_id=settings.discord_guild_id,
         forum_channel_id=settings.discord_forum_channel_id,

@@ -66,7 +66,10 @@ def test_group_discussion_watched_to_its_end(cli: Cli) -> None:
 
     out = cli.ok("group", "post", group["id"], "A or B?", "--watch", "--json").stdout
     lines = json_lines(out)
-    posted, events = lines[0], lines[1:]
+    # Every line has one shape: what happened and the API's object.
+    assert all(set(line) == {"event", "data"} for line in lines), lines
+    posted, events = lines[0]["data"], lines[1:]
+    assert lines[0]["event"] == "posted"
     assert posted["message"]["content"] == "A or B?" and posted["task_id"]
     spoken = [
         (e["data"]["sender_id"], e["data"]["round"]) for e in events if e["event"] == "message"

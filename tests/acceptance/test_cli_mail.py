@@ -178,9 +178,9 @@ def test_mail_watch_follows_the_inbox(cli: Cli, hub: ServedHub) -> None:
         assert watcher.stdout is not None
         lines = LineReader(watcher.stdout)
         seen = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
-        assert seen["id"] == first["id"]
+        assert seen["event"] == "mail" and seen["data"]["id"] == first["id"]
         second = cli.json("mail", "send", "alice", "--subject", "live one")
-        live = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))
+        live = json.loads(lines.wait_for(lambda line: line.startswith("{"), 60))["data"]
         assert (live["id"], live["subject"]) == (second["id"], "live one")
     finally:
         watcher.terminate()
@@ -230,9 +230,9 @@ def test_events_lists_what_happened(cli: Cli) -> None:
     prefix = cli.json("events", "--type", "agent.", "--limit", "5")
     assert {e["type"] for e in prefix} == {"agent.created"}
     everything = cli.json("events")
-    assert everything[0]["type"] == "principal.created"
-    after = cli.json("events", "--after", everything[0]["id"])
-    assert everything[0]["id"] not in {e["id"] for e in after}
+    assert everything[-1]["type"] == "principal.created"
+    after = cli.json("events", "--after", everything[-1]["id"])
+    assert everything[-1]["id"] not in {e["id"] for e in after}
     alice = cli.json("token", "issue", "alice")["token"]
     cli.fails("events", token=alice, code="operator_only")
 

@@ -144,7 +144,8 @@ def test_a_worker_tree_spawned_cancelled_taken_over_and_watched(cli: Cli, hub: S
     done = cli.json("worker", "show", fix["id"])
     assert (done["state"], done["pending_takeover_message_id"]) == ("completed", None)
     assert done["result"]["summary"] == "Fixed the flaky test after the takeover."
-    events = [e["type"] for e in cli.json("events", "--subject", f"worker:{fix['id']}")]
+    # Newest first: read them back in the order they happened.
+    events = [e["type"] for e in reversed(cli.json("events", "--subject", f"worker:{fix['id']}"))]
     assert events.index("system.takeover_initiated") < events.index("worker.interrupted")
     assert events.index("worker.interrupted") < events.index("system.takeover_consumed")
     envelope = [

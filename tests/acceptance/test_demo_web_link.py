@@ -1,11 +1,14 @@
 """``parley demo`` ends by printing the web UI's address and a sign-in link for the operator
-that works once."""
+that works once, and commands that work pasted as they are; its hub listens on PARLEY_PORT."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +19,20 @@ PARLEY = str(Path(sys.executable).with_name("parley"))
 LINK = re.compile(r"(http://127\.0\.0\.1:\d+/ui/signin/link\?key=[A-Za-z0-9_-]+)")
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_the_demo_prints_a_one_time_sign_in_link(tmp_path: Path) -> None:
-    env = {**os.environ, "PARLEY_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
+    port = free_port()
+    env = {
+        **os.environ,
+        "PARLEY_HOME": str(tmp_path / "home"),
+        "COLUMNS": "80",
+        "PARLEY_PORT": str(port),
+    }
     env.pop("PARLEY_OPENAI_BASE_URL", None)
     proc = subprocess.Popen(
         [PARLEY, "demo"],
@@ -39,6 +54,7 @@ def test_the_demo_prints_a_one_time_sign_in_link(tmp_path: Path) -> None:
                 link = found.group(1)
                 break
         assert link is not None, "".join(seen)[-3000:]
+        assert link.startswith(f"http://127.0.0.1:{port}/"), link
         assert any(re.search(r"Web UI: http://127\.0\.0\.1:\d+/ui/", s) for s in seen)
         token = (tmp_path / "home" / "demo" / "operator.token").read_text().strip()
         assert token not in link
@@ -52,6 +68,25 @@ def test_the_demo_prints_a_one_time_sign_in_link(tmp_path: Path) -> None:
             second = again.get(link)
         assert second.status_code == 401
         assert "used already or has expired" in second.text
+        # The commands it suggests work as printed, from another directory, without the
+        # environment that pointed the demo at its data root.
+        hints = []
+        for line in proc.stdout:
+            if line.startswith("Press Ctrl-C"):
+                break
+            if line.startswith("  /"):
+                hints.append(shlex.split(line))
+        assert hints and all(Path(h[0]).is_absolute() for h in hints), hints
+        plain_env = {k: v for k, v in env.items() if not k.startswith("PARLEY_")}
+        for hint in hints:
+            done = subprocess.run(
+                hint, env=plain_env, cwd="/", capture_output=True, text=True, timeout=60
+            )
+            assert done.returncode == 0, (hint, done.stderr)
+        listed = subprocess.run(
+            [*hints[0], "--json"], env=plain_env, capture_output=True, text=True, timeout=60
+        )
+        assert {"planner", "reviewer", "tester"} <= {a["id"] for a in json.loads(listed.stdout)}
     finally:
         proc.send_signal(signal.SIGINT)
         try:

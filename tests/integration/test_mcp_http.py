@@ -66,9 +66,14 @@ async def test_the_profile_is_chosen_by_query_parameter(
         assert [t.name for t in (await client.list_tools()).tools] == list(PROFILES["mail"])
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice.token}"}) as http:
         r = await http.post(f"{mcp_url}?profile=gossip", json=INITIALIZE, headers=MCP_HEADERS)
+        combined = await http.post(
+            f"{mcp_url}?profile=default,workers", json=INITIALIZE, headers=MCP_HEADERS
+        )
     assert r.status_code == 404
     assert r.json()["code"] == "unknown_profile"
     assert r.json()["details"]["profiles"] == list(PROFILES)
+    assert combined.json()["code"] == "unknown_profile"
+    assert "one MCP server entry per profile" in combined.json()["message"]
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer pt_wrong", "Basic YWxpY2U6eA=="])

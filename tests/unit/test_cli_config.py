@@ -293,9 +293,11 @@ def test_command_surface_is_pinned() -> None:
         ],
         "search": [],
         "serve": [],
+        "status": [],
         "task": ["cancel", "show"],
         "token": ["issue"],
         "usage": ["budget"],
+        "ui": [],
         "whoami": [],
         "worker": [
             "cancel",

@@ -8,7 +8,13 @@ from parley.bootstrap import build_hub
 from parley.config import Settings
 from parley.surfaces.mcp import PROFILES, build_mcp
 from parley.surfaces.mcp.server import compact_schema
-from parley.surfaces.mcp.tokens import BUDGET, count, profile_tokens, tool_tokens
+from parley.surfaces.mcp.tokens import (
+    BUDGET,
+    DEFAULT_BUDGET,
+    count,
+    profile_tokens,
+    tool_tokens,
+)
 
 
 def test_the_counter_is_cl100k_base() -> None:
@@ -28,6 +34,12 @@ async def test_every_profile_fits_the_budget(tmp_path: Path) -> None:
         total = await profile_tokens(server)
         assert total == sum(sizes.values())
         assert total < BUDGET, f"profile {profile!r} costs {total} tokens"
+
+
+async def test_the_default_profile_fits_its_own_budget(tmp_path: Path) -> None:
+    hub = build_hub(Settings(home=tmp_path))
+    total = await profile_tokens(build_mcp(hub, "default"))
+    assert total <= DEFAULT_BUDGET, f"the default profile costs {total} tokens"
 
 
 def test_compact_schema_drops_pydantic_noise_only() -> None:

@@ -95,6 +95,7 @@ GET /v1/tasks/{task_id}/invocations
 GET /v1/turns/next
 POST /v1/turns/{turn_id}/no_reply
 POST /v1/turns/{turn_id}/speak
+POST /v1/ui/signin-links
 GET /v1/whoami
 GET /v1/workers
 POST /v1/workers
@@ -218,7 +219,7 @@ def test_web_ui_routes_are_pinned() -> None:
 
 def test_mcp_tool_profiles_are_pinned() -> None:
     expected = {
-        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS, *ROOMS),
+        "default": (*MAIL, *DISCUSS, *INVITATIONS, *TURNS),
         "mail": MAIL,
         "discuss": ("whoami", *DISCUSS, *INVITATIONS, *TURNS, "wait_for_mail"),
         "rooms": ("whoami", *ROOMS, *TURNS, "wait_for_mail"),

@@ -183,7 +183,8 @@ def refuse_meeting_channel(channel: Channel, action: str) -> None:
     raise Conflict(
         f"channel {channel.id!r} is the transcript of meeting {meeting_id!r}, written only by "
         f"the meeting, and cannot {action}; use the meeting's routes: a human speaks into a "
-        f"running meeting with POST /v1/rooms/meetings/{meeting_id}/messages, and members "
+        f"running meeting with `parley room post {meeting_id}` (REST: POST "
+        f"/v1/rooms/meetings/{meeting_id}/messages), and members "
         "speak when the moderator gives them the floor",
         code="meeting_channel",
         meeting_id=meeting_id,

@@ -184,6 +184,14 @@ def check_transition(current: str, target: str) -> None:
         raise Conflict(
             f"message is {current!r}; it can no longer change", code="message_final", status=current
         )
+    if current == target == "closed":
+        raise Conflict(
+            "message is already closed, which archived it: closing and archiving are one step "
+            "(the operator can redeliver it as a new pending copy)",
+            code="backward_transition",
+            status=current,
+            target=target,
+        )
     if _FORWARD[target] <= _FORWARD[current]:
         raise Conflict(
             f"message is already {current!r}; mail only moves forward "

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 from collections.abc import AsyncIterator
@@ -35,7 +36,9 @@ from parley.core.identity import hash_token
 from parley.core.runtime import DONE_MARKER, Turn
 from parley.demo.meeting import MeetingScene, MeetingScript, ScriptedVoice
 from parley.demo.workers import WorkersScene, WorkersScript, WorkerVoice
+from parley.home import DEFAULT_PORT
 from parley.private_files import PRIVATE_UMASK
+from parley.surfaces.cli.connect import parley_executable
 from parley.surfaces.rest.app import create_app
 from parley.surfaces.web.sessions import WebSessions
 from parley.testing import StaticRuntimes
@@ -126,10 +129,11 @@ def _openai_runtime(settings: Settings) -> dict[str, Any] | None:
 
 
 def _free_port(preferred: int) -> int:
+    """``preferred`` when it is free (0: none preferred), else a free port the system picks."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", preferred))
-            return preferred
+            return int(sock.getsockname()[1])
         except OSError:
             sock.bind(("127.0.0.1", 0))
             return int(sock.getsockname()[1])
@@ -531,7 +535,13 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
     home.mkdir(parents=True)
     settings = Settings(home=home)
     script, workers = MeetingScript(), WorkersScript()
-    async with _serving(settings, _free_port(port), script, workers) as (url, hub, web):
+    chosen = _free_port(port)
+    if port and chosen != port:
+        console.print(
+            f"[yellow]port {port} is taken: the demo's hub listens on {chosen} instead "
+            "(set PARLEY_PORT to choose one)[/yellow]"
+        )
+    async with _serving(settings, chosen, script, workers) as (url, hub, web):
         write_hub_info(home, url)
         token = hub.operator_token
         assert token is not None
@@ -564,14 +574,19 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
             f"{SIGN_IN_LINK_TTL_S // 60:.0f} minutes): {url}/ui/signin/link?key={code}",
             soft_wrap=True,  # a link broken over two lines does not open
         )
+        # The demo's data root is its own (``<data root>/demo``): every hint names it, and the
+        # parley being run by its absolute path, so each works pasted into any shell.
+        parley = shlex.join([parley_executable(), "--home", str(home)])
         console.print(
-            f"The hub keeps running at {url} with the demo's data. Try:\n"
-            f"  .venv/bin/parley --home {home} agent list\n"
-            f"  .venv/bin/parley --home {home} mail inbox operator\n"
-            f"  .venv/bin/parley --home {home} channel list\n"
-            f"  .venv/bin/parley --home {home} room list\n"
-            f"  .venv/bin/parley --home {home} worker list\n"
-            "Press Ctrl-C to stop."
+            f"The hub keeps running at {url} with the demo's data in {home} (its own data "
+            "root: other parley commands need --home to reach it). Try:\n"
+            f"  {parley} agent list\n"
+            f"  {parley} mail inbox operator\n"
+            f"  {parley} channel list\n"
+            f"  {parley} room list\n"
+            f"  {parley} worker list\n"
+            "Press Ctrl-C to stop.",
+            soft_wrap=True,  # a command broken over two lines does not paste
         )
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
@@ -582,5 +597,7 @@ def run_demo(home: Path | None, url: str | None = None, exit_after: bool = False
     starts its own hub so it never touches a hub you run."""
     demo_home = resolve_home(home) / "demo"
     os.umask(PRIVATE_UMASK)  # as ``parley serve``: what the demo's hub writes is private
+    # The port as ``parley serve`` reads it: PARLEY_PORT, else 8765.
+    port = int(os.environ.get("PARLEY_PORT") or DEFAULT_PORT)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(demo_home, exit_after, 8765))
+        asyncio.run(_run(demo_home, exit_after, port))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from parley.core.events import Event
@@ -98,15 +99,18 @@ class EventLog:
         type: str | None = None,
         subject: str | None = None,
         actor: str | None = None,
-        limit: int = 100,
         before: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
     ) -> list[Event]:
-        """The newest events first (older than the event ``before`` when given), at most
-        ``limit``, filtered as ``page`` filters them."""
+        """The newest events first, at most ``limit``, filtered as ``page`` filters them; only
+        those older than the event ``before`` and not older than ``since`` when given."""
         e = tx.table("events").c
         where = _filters(tx, after=None, type=type, subject=subject, actor=actor)
         if before:
             where.append(e.id < before)
+        if since is not None:
+            where.append(e.time >= since.astimezone(UTC))
         rows: list[Event] = await tx.select("events", *where, order_by=[e.id.desc()], limit=limit)
         return rows
 

@@ -133,7 +133,8 @@ class Channels(Transcripts):
             raise Conflict(
                 f"{caller.id!r} already has {open_} open channels it created, the most one "
                 f"principal may have ({limit}); delete a group or direct channel you no longer "
-                "use (DELETE /v1/channels/{id}) or finish a discussion, then try again",
+                "use (`parley group delete <id>`, REST: DELETE /v1/channels/{id}) or finish a "
+                "discussion, then try again",
                 code="channel_limit_reached",
                 limit=limit,
             )

@@ -85,7 +85,7 @@ class Invitations:
                 f"{caller.id} invites you to channel {channel.name!r}",
                 f"{caller.id} invites you to the {channel.kind} channel {channel.name!r}. As a "
                 "member you are given turns there. Accept with the accept_invitation tool (or "
-                f"POST /v1/invitations/{invitation.id}/accept), or decline with "
+                f"`parley invitation accept {invitation.id}`), or decline with "
                 "decline_invitation.",
                 {
                     "invitation_id": invitation.id,
@@ -117,8 +117,8 @@ class Invitations:
                 # Another principal's invitation is reported as missing: its existence would
                 # tell who is being asked into which channel.
                 raise NotFound(
-                    f"no invitation {invitation_id!r} for {caller.id!r}; list yours with GET "
-                    "/v1/invitations",
+                    f"no invitation {invitation_id!r} for {caller.id!r}; list yours with `parley "
+                    "invitation list` (REST: GET /v1/invitations)",
                     code="invitation_not_found",
                 )
             if invitation.status != "pending":

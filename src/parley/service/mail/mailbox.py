@@ -241,7 +241,8 @@ class Mail:
         found = await self.identity.get(principal_id, tx)
         if found is None or not found.active:
             raise NotFound(
-                f"recipient {principal_id!r} does not exist; list agents with GET /v1/agents",
+                f"recipient {principal_id!r} does not exist; list agents with `parley agent list` "
+                "(REST: GET /v1/agents)",
                 code="recipient_not_found",
                 recipient=principal_id,
             )

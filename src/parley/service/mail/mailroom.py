@@ -146,7 +146,8 @@ class Mailroom:
         if missing:
             raise NotFound(
                 f"the mailroom has mail for {', '.join(repr(x) for x in missing)}, who do not "
-                "exist in this hub; create them (POST /v1/agents) and import again",
+                "exist in this hub; create them (`parley agent add <id>`, REST: POST "
+                "/v1/agents) and import again",
                 code="recipient_not_found",
                 recipients=missing,
             )

@@ -129,8 +129,8 @@ class Rooms:
         if created >= limit:
             raise Conflict(
                 f"{caller.id!r} already has {created} rooms it created, the most one principal "
-                f"may have ({limit}); delete one it no longer uses (DELETE /v1/rooms/{{id}}, "
-                "'parley room delete') and try again",
+                f"may have ({limit}); delete one it no longer uses (`parley room delete <id>`, "
+                "REST: DELETE /v1/rooms/{id}) and try again",
                 code="room_limit_reached",
                 limit=limit,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -220,15 +221,31 @@ def post(
 def messages(
     ctx: typer.Context,
     channel_id: ChannelId,
-    after: Annotated[int | None, typer.Option(help="Only messages after this seq.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, max=1000)] = None,
-    latest: Annotated[int | None, typer.Option(help="Only the latest N messages.", min=1)] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = BACKLOG,
+    before: Annotated[
+        int | None, typer.Option(min=1, metavar="SEQ", help="Only messages before this seq.")
+    ] = None,
+    after: Annotated[
+        int | None, typer.Option(min=0, metavar="SEQ", help="Only messages after this seq.")
+    ] = None,
+    latest: Annotated[int | None, typer.Option(min=1, max=1000, hidden=True)] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """A channel's messages in order."""
-    rows = client(ctx).get(
-        f"/v1/channels/{channel_id}/messages", after_seq=after, limit=limit, latest=latest
-    )
+    """A channel's messages with their times, in order: the newest --limit, or a page before
+    or after a seq."""
+    limit = latest or limit  # --latest N: the earlier spelling of the default, kept for scripts
+    if before is not None and after is not None:
+        raise typer.BadParameter("give --before or --after, not both", param_hint="--before")
+    hub = client(ctx)
+    path = f"/v1/channels/{channel_id}/messages"
+    if after is not None:
+        rows = hub.get(path, after_seq=after, limit=limit)
+    elif before is not None:
+        # Seqs are consecutive from 1: the page before a seq starts ``limit`` earlier.
+        start = max(0, before - 1 - limit)
+        rows = hub.get(path, after_seq=start, limit=before - 1 - start) if before > 1 else []
+    else:
+        rows = hub.get(path, latest=limit)
 
     def render(ms: list[dict[str, Any]]) -> None:
         view = TranscriptView(console, machine=False)
@@ -238,6 +255,9 @@ def messages(
             console.print("[dim]no messages[/dim]")
 
     emit(ctx, as_json, rows, render)
+    if after is None and rows and int(rows[0]["seq"]) > 1:
+        # On stderr, so --json stays JSON.
+        sys.stderr.write(f"earlier messages: list them with --before {rows[0]['seq']}\n")
 
 
 @channel_app.command("watch")

@@ -54,6 +54,23 @@ class HubUnreachable(CliFailure):
     """Nothing answers at the configured URL."""
 
 
+class InvalidUrl(CliFailure):
+    """The hub URL given is not an http(s) URL: a usage error (exit status 2)."""
+
+    exit_code = 2
+
+
+def checked_url(url: str, source: str) -> str:
+    """``url`` when it is an http(s) URL with a host, else an ``InvalidUrl`` naming ``source``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+        raise InvalidUrl(
+            f"{url!r} (from {source}) is not a hub URL; give one such as http://127.0.0.1:8765",
+            code="invalid_url",
+        )
+    return url
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Where the hub is and who we are, with where each value came from."""
@@ -102,6 +119,7 @@ def resolve_config(
 ) -> ClientConfig:
     root = resolve_home(home)
     base, url_source = resolve_url(url, root)
+    checked_url(base, url_source)
     tok, token_source = resolve_token(token, root)
     return ClientConfig(root, base, url_source, tok, token_source)
 
@@ -207,6 +225,21 @@ class HubClient:
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
+
+    def probe(self, path: str) -> tuple[int, dict[str, Any]]:
+        """GET a health endpoint: its status and JSON body whatever the status (a hub that is
+        not ready answers 503 with why)."""
+        import httpx
+
+        try:
+            response = self._http.get(path)
+        except httpx.TransportError as exc:
+            raise self.unreachable(exc) from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        return response.status_code, body if isinstance(body, dict) else {}
 
     def pages(self, path: str, **params: Any) -> Iterator[tuple[list[Any], bool]]:
         """Each page of a list and whether more follow it, following the hub's

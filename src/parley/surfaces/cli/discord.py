@@ -115,7 +115,14 @@ def check(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             f"set {', '.join(missing)} (see docs/discord.md)",
         )
         raise typer.Exit(1)
-    from parley.adapters.bridges.discord import check as check_discord
+    from parley.bootstrap import discord_adapter
+    from parley.core.errors import ConfigError
+
+    try:
+        check_discord = discord_adapter().check
+    except ConfigError as exc:
+        print_error(exc.code, exc.message)
+        raise typer.Exit(1) from None
 
     assert settings.discord_token is not None
     assert settings.discord_guild_id is not None

@@ -16,7 +16,7 @@ from parley.surfaces.cli.output import (
     ctrl_c_stops_watching,
     emit,
     fields,
-    print_json_line,
+    print_event,
     table,
     wants_json,
 )
@@ -216,7 +216,7 @@ def group_post(
     """Post to a group; a newer message supersedes the running discussion."""
     posted = client(ctx).post(f"/v1/channels/{channel_id}/messages", {"content": text})
     if watch and wants_json(ctx, as_json):
-        print_json_line(posted)  # the stream that follows is JSON lines too
+        print_event("posted", posted)  # the stream that follows is JSON lines too
     else:
         emit(ctx, as_json, posted, render_posted)
     if watch:

@@ -146,6 +146,7 @@ class HubServer(uvicorn.Server):
             ("data root", str(home)),
             ("database", describe_database(settings)),
             ("operator token", token_note),
+            ("web UI", f"{url}/ui/ (sign in with a token, or run `parley ui` for a link)"),
             ("API docs", f"{url}/docs"),
         ]
         console.print(Text(f"parley hub running at {url}", style="bold green"), soft_wrap=True)

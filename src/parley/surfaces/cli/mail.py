@@ -21,7 +21,7 @@ from parley.surfaces.cli.output import (
     emit,
     fields,
     json_object,
-    print_json_line,
+    print_event,
     table,
     wants_json,
     when,
@@ -194,7 +194,13 @@ def inbox(
             more = more or len(messages) > limit
             messages = messages[:limit]
             break
-    emit(ctx, as_json, messages, lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms)))
+    emit(
+        ctx,
+        as_json,
+        messages,
+        # The owner is in the title: at 80 columns "to" and the labels go first.
+        lambda ms: table(f"inbox of {owner}", MAIL_COLUMNS, mail_rows(ms), drop=("to", "labels")),
+    )
     if more:
         # Never lose mail silently: say where the rest begins (on stderr, so --json stays JSON).
         sys.stderr.write(f"more mail follows; list it with --after-seq {messages[-1]['seq']}\n")
@@ -210,7 +216,12 @@ def show(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -
 def thread(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) -> None:
     """Replies, the same correlation id and related messages."""
     messages = client(ctx).get(f"/v1/mail/{message_id}/thread")
-    emit(ctx, as_json, messages, lambda ms: table("thread", MAIL_COLUMNS, mail_rows(ms)))
+    emit(
+        ctx,
+        as_json,
+        messages,
+        lambda ms: table("thread", MAIL_COLUMNS, mail_rows(ms), drop=("labels",)),
+    )
 
 
 def move(
@@ -238,15 +249,17 @@ def start(ctx: typer.Context, message_id: MessageId, as_json: JsonFlag = False) 
 def close(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close your message (it is archived, optionally under a label; the operator: anyone's)."""
+    """Close your message: it is done, leaves the inbox and is archived (under --label when
+    given). The last step of mail; the operator may close anyone's."""
     move(ctx, message_id, "closed", label, as_json)
 
 
-@mail_app.command("archive")
+# ``close`` archives: one verb. ``archive`` stays, unlisted, for the scripts that use it.
+@mail_app.command("archive", hidden=True)
 def archive(
     ctx: typer.Context, message_id: MessageId, label: Label = None, as_json: JsonFlag = False
 ) -> None:
-    """Close and archive your message under a label (the operator: anyone's)."""
+    """The same as close: close your message, which archives it (under --label when given)."""
     archived = client(ctx).post(f"/v1/mail/{message_id}/archive", {"label": label})
     emit(ctx, as_json, archived, render_changed)
 
@@ -328,7 +341,7 @@ def watch(
                 continue
             m = event.json()
             if machine:
-                print_json_line(m)
+                print_event("mail", m)
                 continue
             line = Text()
             line.append(f"{when(m.get('created'))} ", style="dim")

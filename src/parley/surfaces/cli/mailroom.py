@@ -68,7 +68,10 @@ def export(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Write the whole mailroom (inboxes and archive) as files into DIR (operator)."""
+    """Write the whole mailroom (inboxes and archive) as files into DIR (operator).
+
+    The format's own names: the operator is written `ceo` (`from: ceo`, `…-task-ceo-to-bob.md`)
+    and a broadcast's recipient `all`; an import reads them back as the operator and `*`."""
     root = directory.expanduser().resolve()
     if root.exists() and not root.is_dir():
         raise CliFailure(f"{str(root)!r} is not a directory", code="not_a_directory")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -104,9 +106,15 @@ def print_json(data: Any) -> None:
 
 
 def print_json_line(data: Any) -> None:
-    """One compact JSON document per line, for streams."""
+    """One compact JSON document per line, for streams. Every live view prints the same
+    shape: ``{"event": <what happened>, "data": <the API's object>}`` (``print_event``)."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def print_event(event: str, data: Any) -> None:
+    """One line of a live view in ``--json``: what happened and the API's object."""
+    print_json_line({"event": event, "data": data})
 
 
 def print_error(code: str, message: str) -> None:
@@ -115,18 +123,150 @@ def print_error(code: str, message: str) -> None:
     sys.stderr.flush()
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    t = Table(title=title, title_justify="left", header_style="bold")
-    for col in columns:
-        # Ids are copied into the next command: never break them across lines.
-        t.add_column(
-            col, overflow="fold", no_wrap=col == "id", min_width=26 if col == "id" else None
-        )
-    count = 0
-    for row in rows:
-        t.add_row(*(Text("" if v is None else str(v)) for v in row))
-        count += 1
-    if count == 0:
+# No column is cut narrower than this (unless its content is shorter): a cell of eight
+# characters and an ellipsis still says what it is.
+READABLE_WIDTH = 12
+# Columns are separated by two spaces: one of padding, one of the (blank) rule.
+COLUMN_GAP = 2
+# A ULID, alone or after a short prefix such as ``vs-``: 26 characters of Crockford's base32.
+ULID_TEXT = re.compile(r"^([a-z]{1,8}[-:])?[0-9A-HJKMNP-TV-Z]{26}$")
+# A short id keeps the ULID's millisecond (its first ten characters) and more when two ids
+# shown together would otherwise look the same.
+SHORT_ID_MIN = 10
+# Times as ``when_short`` prints them: never cut either.
+SHORT_TIME = re.compile(r"^(\d\d-\d\d )?\d\d:\d\d(:\d\d)?$")
+
+
+def atomic(cell: Text) -> bool:
+    """Ids and times are copied or compared whole: a column of them is never cut."""
+    return bool(ULID_TEXT.match(cell.plain) or SHORT_TIME.match(cell.plain))
+
+
+def short_ids(values: Iterable[str]) -> dict[str, str]:
+    """Each ULID-shaped value → its shortest prefix (at least ``SHORT_ID_MIN`` characters of
+    the ULID) that no other value given shares; other values are left out."""
+    ids = sorted({v for v in values if ULID_TEXT.match(v)})
+    short: dict[str, str] = {}
+    for index, value in enumerate(ids):
+        head = len(value) - 26
+        length = head + SHORT_ID_MIN
+        for other in (
+            ids[index - 1] if index else None,
+            ids[index + 1] if index + 1 < len(ids) else None,
+        ):
+            if other is None:
+                continue
+            common = 0
+            while common < len(value) and common < len(other) and value[common] == other[common]:
+                common += 1
+            length = max(length, common + 1)
+        short[value] = value[: min(length, len(value))]
+    return short
+
+
+def _plain(cell: Any) -> Text:
+    if isinstance(cell, Text):
+        text = cell.copy()
+        text.plain = text.plain.replace("\n", " ")
+        return text
+    return Text("" if cell is None else str(cell).replace("\n", " "))
+
+
+def fit_widths(
+    columns: Sequence[str], rows: Sequence[Sequence[Text]], width: int, drop: Sequence[str]
+) -> dict[str, int]:
+    """The width of each column kept so the table fits ``width`` characters: rather than cut a
+    column below ``READABLE_WIDTH`` (or an id or a time at all), the optional columns
+    (``drop``, first dropped first) go, then the last ones; what room is left goes to the
+    columns that miss the most."""
+    natural = {
+        name: max([len(name), *(rows[r][i].cell_len for r in range(len(rows)))])
+        for i, name in enumerate(columns)
+    }
+    kept = list(columns)
+    whole = {
+        name
+        for i, name in enumerate(columns)
+        if any(atomic(row[i]) for row in rows)
+        and all(atomic(row[i]) or not row[i].plain for row in rows)
+    }
+
+    def floor(name: str) -> int:
+        if name in whole:
+            return natural[name]
+        return min(natural[name], max(READABLE_WIDTH, len(name)))
+
+    def needed(names: Sequence[str], size: Callable[[str], int]) -> int:
+        return sum(size(n) for n in names) + COLUMN_GAP * (len(names) - 1)
+
+    # The named optional columns first, then (a narrow terminal) the last columns but the first.
+    for name in [*drop, *reversed(columns[1:])]:
+        if needed(kept, floor) <= width:
+            break
+        if name in kept:
+            kept.remove(name)
+    widths = {name: floor(name) for name in kept}
+    room = width - needed(kept, widths.__getitem__)
+    # Hand out the room a character at a time to the column missing the most.
+    while room > 0:
+        name = max(kept, key=lambda n: natural[n] - widths[n])
+        if natural[name] <= widths[name]:
+            break
+        widths[name] += 1
+        room -= 1
+    return widths
+
+
+def build_table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    drop: Sequence[str] = (),
+    width: int | None = None,
+) -> Table | None:
+    """A table that fits the terminal (``width``, default the console's): ids are shortened
+    to a unique prefix and optional columns dropped only when the full table does not fit,
+    long cells end in an ellipsis; None when there are no rows."""
+    cells = [[_plain(v) for v in row] for row in rows]
+    if not cells:
+        return None
+    width = width or console.width
+    full = sum(max([len(c), *(r[i].cell_len for r in cells)]) for i, c in enumerate(columns))
+    if full + COLUMN_GAP * (len(columns) - 1) > width:
+        short = short_ids(cell.plain for row in cells for cell in row)
+        for row in cells:
+            for i, cell in enumerate(row):
+                if cell.plain in short and short[cell.plain] != cell.plain:
+                    row[i] = Text(short[cell.plain], style=cell.style)
+    widths = fit_widths(columns, cells, width, drop)
+    t = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    kept = [i for i, name in enumerate(columns) if name in widths]
+    for i in kept:
+        t.add_column(columns[i], width=widths[columns[i]], no_wrap=True, overflow="ellipsis")
+    for row in cells:
+        t.add_row(*(row[i] for i in kept))
+    return t
+
+
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    drop: Sequence[str] = (),
+) -> None:
+    """Print rows as a table that fits the terminal (see ``build_table``)."""
+    t = build_table(title, columns, rows, drop=drop)
+    if t is None:
         console.print(f"[dim]{title or 'nothing'}: none[/dim]" if title else "[dim]none[/dim]")
         return
     console.print(t)
@@ -165,9 +305,15 @@ def when(value: str | None) -> str:
 
 
 def when_short(value: str | None) -> str:
-    """A timestamp in local time for table cells: month-day and time."""
+    """A timestamp in local time for table cells: the time of day for today, else the
+    month-day and the minute."""
     parsed = parse_time(value)
-    return parsed.astimezone().strftime("%m-%d %H:%M:%S") if parsed else ""
+    if parsed is None:
+        return ""
+    local = parsed.astimezone()
+    if local.date() == datetime.now().astimezone().date():
+        return local.strftime("%H:%M:%S")
+    return local.strftime("%m-%d %H:%M")
 
 
 def age(seconds: float | None) -> str:

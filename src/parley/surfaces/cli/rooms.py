@@ -19,7 +19,7 @@ from parley.surfaces.cli.output import (
     emit_parts,
     fields,
     json_object,
-    print_json_line,
+    print_event,
     table,
     wants_json,
     when,
@@ -346,7 +346,7 @@ def convene(
         emit(ctx, as_json, meeting, render_meeting)
         return
     if wants_json(ctx, as_json):
-        print_json_line(meeting)  # the stream that follows is JSON lines too
+        print_event("meeting", meeting)  # the stream that follows is JSON lines too
     follow(ctx, meeting["id"], as_json, initial=meeting)
 
 

@@ -17,7 +17,7 @@ from rich.status import Status
 from rich.text import Text
 
 from parley.surfaces.cli.client import STREAM_OPENED, HubClient
-from parley.surfaces.cli.output import print_json_line
+from parley.surfaces.cli.output import print_json_line, when_short
 
 SENDER_STYLES = {"moderator": "magenta", "system": "dim", "human": "green", "agent": "cyan"}
 BACKLOG = 50
@@ -87,6 +87,8 @@ class TranscriptView:
             return
         kind = m.get("sender_kind", "agent")
         line = Text()
+        if m.get("created"):
+            line.append(f"{when_short(m['created'])} ", style="dim")
         if m.get("round"):
             line.append(f"[r{m['round']}] ", style="dim")
         line.append(m.get("sender_id", "?"), style=f"bold {SENDER_STYLES.get(kind, '')}".strip())

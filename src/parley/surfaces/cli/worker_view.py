@@ -127,23 +127,20 @@ WORKER_COLUMNS = ("id", "state", "agent", "purpose", "parent", "updated")
 def worker_table(
     title: str, workers: Iterable[Mapping[str, Any]], *, when: Any = None
 ) -> Table | None:
-    """Workers as a table with coloured states; None when there are none. ``when`` formats
-    the ``updated`` time (the raw ISO text without it)."""
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for column in WORKER_COLUMNS:
-        # A worker's id is copied into the next command: never break it across lines.
-        is_id = column == "id"
-        table.add_column(column, no_wrap=is_id, min_width=28 if is_id else None, overflow="fold")
-    count = 0
-    for w in workers:
-        updated = w.get("updated")
-        table.add_row(
+    """Workers as a table with coloured states that fits the terminal; None when there are
+    none. ``when`` formats the ``updated`` time (the raw ISO text without it)."""
+    # Imported here: the demo draws trees without the CLI's printing helpers.
+    from parley.surfaces.cli.output import build_table
+
+    rows = [
+        (
             Text(str(w.get("id", ""))),
             state_text(w.get("state")),
             Text(str(w.get("agent_id") or "")),
             Text(str(w.get("purpose") or "")),
             Text(str(w.get("parent_worker_id") or "")),
-            Text(when(updated) if when else str(updated or "")),
+            Text(when(w.get("updated")) if when else str(w.get("updated") or "")),
         )
-        count += 1
-    return table if count else None
+        for w in workers
+    ]
+    return build_table(title, WORKER_COLUMNS, rows, drop=("parent",))

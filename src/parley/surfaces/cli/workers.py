@@ -208,7 +208,7 @@ def list_workers(
         list[str] | None,
         typer.Option("--state", help="Only workers in this state (repeatable)."),
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 200,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 200,
     as_json: JsonFlag = False,
 ) -> None:
     """Workers you may see, newest first.

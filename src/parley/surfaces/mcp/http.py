@@ -167,9 +167,14 @@ class McpEndpoint:
         profile = request.query_params.get("profile", "default")
         manager = self.managers.get(profile)
         if manager is None:
+            combine = (
+                "; profiles do not combine: configure one MCP server entry per profile you need"
+                if "," in profile
+                else ""
+            )
             refusal = NotFound(
                 f"MCP profile {profile!r} is unknown; use {PATH}?profile=<one of "
-                f"{', '.join(PROFILES)}>",
+                f"{', '.join(PROFILES)}>{combine}",
                 code="unknown_profile",
                 profiles=list(PROFILES),
             )

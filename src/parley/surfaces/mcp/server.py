@@ -42,8 +42,9 @@ asked; stop_meeting needs no room id. As a child worker, your task arrives as a 
 with speak or report_result. A refused call returns an error that starts with a stable code \
 (e.g. 'message_forbidden: …') and says what to do instead."""
 
-# Which tools each profile offers, in the order clients list them; "default" offers all but the
-# worker tools.
+# Which tools each profile offers, in the order clients list them; "default" offers mail,
+# channels, discussions, invitations and turns. One connection serves one profile: a client that
+# needs two connects twice (one server entry per profile).
 IDENTITY_TOOLS = ("whoami",)
 MAIL_TOOLS = (
     "send_message",
@@ -82,13 +83,15 @@ WORKER_TOOLS = (
     "read_artifact",
 )
 PROFILES: dict[str, tuple[str, ...]] = {
+    # Within DEFAULT_BUDGET tokens: the room tools (joining, convening, briefs) live in "rooms"
+    # and the worker tools in "workers"; a default agent still takes its meeting turns with
+    # wait_for_turn and speak.
     "default": IDENTITY_TOOLS
     + MAIL_TOOLS
     + CHANNEL_TOOLS
     + DISCUSSION_TOOLS
     + INVITATION_TOOLS
-    + TURN_TOOLS
-    + ROOM_TOOLS,
+    + TURN_TOOLS,
     "mail": IDENTITY_TOOLS + MAIL_TOOLS,
     # wait_for_mail too: an initiator learns from an inbox notice that the rounds have ended
     # and that it should now write the summary (and an invitee, that it was invited).

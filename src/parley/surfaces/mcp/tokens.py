@@ -22,6 +22,8 @@ from mcp.server.mcpserver import MCPServer
 from parley.core.errors import ConfigError
 
 BUDGET = 4000
+# What the default profile, which most clients load, may cost.
+DEFAULT_BUDGET = 3000
 ENCODING = "cl100k_base"
 
 

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.routing import Route
 
 from parley import __version__
@@ -29,6 +31,7 @@ from parley.surfaces.rest.routers import (
     metrics,
     rooms,
     search,
+    signin_links,
     streams,
     turns,
     usage,
@@ -42,6 +45,30 @@ moderated discussions. Every endpoint except the health checks needs
 `Authorization: Bearer <token>`; the token decides who is speaking. Errors are JSON
 `{code, message, details}` with a stable `code`.
 """
+
+
+SWAGGER_ASSETS = "/ui/static/swagger-ui"
+
+
+def install_api_docs(app: FastAPI) -> None:
+    """The API reference at /docs: Swagger UI from the copy vendored with the web UI's assets
+    (``surfaces/web/static/swagger-ui``, with its licence), so it works offline. /redoc, which
+    loaded from a CDN, now leads there."""
+
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="parley API",
+            swagger_js_url=f"{SWAGGER_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{SWAGGER_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{SWAGGER_ASSETS}/favicon-32x32.png",
+        )
+
+    async def redoc() -> RedirectResponse:
+        return RedirectResponse("/docs", status_code=307)
+
+    app.add_api_route("/docs", swagger_ui, include_in_schema=False)
+    app.add_api_route("/redoc", redoc, include_in_schema=False)
 
 
 def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> FastAPI:
@@ -68,7 +95,12 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         description=DESCRIPTION,
         lifespan=lifespan,
         dependencies=[Depends(refuse_unstorable_url)],
+        # /docs is served below from vendored assets: FastAPI's loads them from a CDN, a blank
+        # page on a machine without the internet.
+        docs_url=None,
+        redoc_url=None,
     )
+    install_api_docs(app)
     app.state.hub = the_hub
     # The MCP server (S3) at /mcp over Streamable HTTP; its sessions live in this lifespan.
     mcp_endpoint = McpEndpoint(the_hub)
@@ -90,6 +122,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         bridge,
         usage,
         search,
+        signin_links,
     ):
         app.include_router(module.router)
     # The web UI at /ui (S5), outside the OpenAPI document; its pages call the same services.
