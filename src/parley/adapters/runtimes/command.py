@@ -311,6 +311,11 @@ class CommandRuntime:
         """Stop kept-alive processes unused for ``idle_s``; return their logical sessions."""
         return await self.sessions.close_idle() if self.sessions is not None else []
 
+    async def end_session(self, session_id: str) -> None:
+        """Stop the process kept for ``session_id`` (see :meth:`ClaudeSessions.end`)."""
+        if self.sessions is not None:
+            await self.sessions.end(session_id)
+
     async def aclose(self) -> None:
         """Stop every kept-alive process."""
         if self.sessions is not None:

@@ -63,6 +63,8 @@ class ClaudeSessions:
         self._live: dict[str, LiveClaude] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing: set[asyncio.Task[list[str]]] = set()
+        self._ending: set[str] = set()
+        """Sessions ended while a turn ran on them: their process is stopped when it ends."""
 
     def pid(self, session_id: str) -> int | None:
         """The pid of the live process of ``session_id``, if there is one."""
@@ -150,9 +152,11 @@ class ClaudeSessions:
 
     def _keep_or_drop(self, sid: str, doomed: list[LiveClaude]) -> None:
         live = self._live.get(sid)
+        ending = sid in self._ending
+        self._ending.discard(sid)
         if live is None:
             return
-        if not live.reusable:
+        if ending or not live.reusable:
             del self._live[sid]
             doomed.append(live)
             return
@@ -190,6 +194,18 @@ class ClaudeSessions:
                 self._arm_idle_timer(live)
         await asyncio.gather(*(live.stop() for live in expired))
         return closed
+
+    async def end(self, sid: str) -> None:
+        """Stop the process of ``sid`` (its worker ended): at once when no turn runs on it,
+        else when the running turn ends, instead of keeping it for a next turn."""
+        lock = self._locks.get(sid)
+        if lock is not None and lock.locked():
+            self._ending.add(sid)
+            return
+        live = self._live.pop(sid, None)
+        self._locks.pop(sid, None)
+        if live is not None:
+            await live.stop()
 
     async def aclose(self) -> None:
         """Stop every live process."""

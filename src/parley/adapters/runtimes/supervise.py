@@ -109,11 +109,11 @@ class Supervisor:
             self._reap()
             if self.status is not None or self.stop_requested or self.hub_gone:
                 break
-            ready, _, _ = select.select([self.lifeline, self.wake_r], [], [])
+            ready, _, _ = select.select([self.lifeline.fileno(), self.wake_r], [], [])
             if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError, InterruptedError):
                     os.read(self.wake_r, 512)
-            if self.lifeline in ready:
+            if self.lifeline.fileno() in ready:
                 try:
                     data = self.lifeline.recv(512)
                 except OSError:

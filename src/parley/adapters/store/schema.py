@@ -460,3 +460,17 @@ bridge_link_codes = Table(
     Column("used", Boolean, nullable=False, server_default=text("false")),
     Column("created", TS, nullable=False),
 )
+
+runtime_processes = Table(
+    "runtime_processes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("hub_id", String(64), nullable=False, index=True),
+    Column("host", String(300), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pgid", Integer, nullable=False),
+    Column("start_time", Float, nullable=False),
+    Column("agent_pid", Integer, nullable=False),
+    Column("command", String(200), nullable=False),
+    Column("created", TS, nullable=False),
+)

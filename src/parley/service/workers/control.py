@@ -352,6 +352,8 @@ async def cancel(
     # A turn still live here has yet to end, and its end will find its worker KILLED.
     workers.killed_turns.update(t for t in task_ids if t in workers.tasks.live)
     await _stop_turns(workers, task_ids, force=force)
+    # Their turns ended: the processes kept for their sessions go too, before this returns.
+    await workers.end_processes(cancelled)
     return cancelled
 
 
