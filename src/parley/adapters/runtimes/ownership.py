@@ -148,6 +148,8 @@ def _end_orphans(records: Sequence[RuntimeProcess], dead_hubs: set[str]) -> list
             with contextlib.suppress(psutil.Error):
                 if proc.environ().get(OWNER_ENV) in dead_hubs:
                     doomed[proc.pid] = proc
+    # A zombie has ended already; only its new parent's reaping is left.
+    doomed = {pid: proc for pid, proc in doomed.items() if _running(proc)}
     for proc in doomed.values():
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
