@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from common import (
     backend_table,
     chosen_backends,
@@ -51,7 +53,6 @@ from common import (
     parse_args,
     run_main,
 )
-import httpx
 from hub_server import HubProcess, percentile, progress, temp_postgres
 from parley.adapters.runtimes.command import CommandRuntime
 from parley.adapters.runtimes.scripted import ScriptedRuntime

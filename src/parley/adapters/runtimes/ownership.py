@@ -42,9 +42,8 @@ _GONE_WAIT_S = 5.0
 def this_host() -> str:
     """This machine as it runs now: its name and its boot (pids mean nothing after a reboot)."""
     boot = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()[:8]
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()[:8]
     return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
 
 
