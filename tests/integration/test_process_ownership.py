@@ -9,10 +9,12 @@ dead hub's processes are ended by the next hub (both backends).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -187,8 +189,33 @@ async def test_a_released_worker_leaves_no_process_behind(
     # Idle: Claude Code is kept for the worker's next turn, with what it started.
     assert not is_gone(cli) and not is_gone(tool)
 
+    record = await until_recorded(hub)
     await hub.workers.release(operator, worker.id)
-    await wait_gone(cli, tool)
+    await wait_gone(record.pid, cli, tool)
+    await until_forgotten(hub)
+
+
+async def until_recorded(hub: Hub) -> RuntimeProcess:
+    """The one process record of ``hub`` (written in the background as the process starts)."""
+    deadline = time.monotonic() + 10
+    while True:
+        async with hub.store.read() as tx:
+            rows: list[RuntimeProcess] = await tx.select("runtime_processes")
+        if rows:
+            [record] = rows
+            return record
+        assert time.monotonic() < deadline, "the process was not recorded"
+        await asyncio.sleep(0.02)
+
+
+async def until_forgotten(hub: Hub) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        async with hub.store.read() as tx:
+            if not await tx.select("runtime_processes"):
+                return
+        assert time.monotonic() < deadline, "the ended process is still recorded"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_stopping_hub_leaves_no_process_behind(
@@ -206,9 +233,9 @@ async def test_a_stopping_hub_leaves_no_process_behind(
         await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="Refactor"))
         cli = await next_turn(ready)
         supervisor = psutil.Process(cli).ppid()
-        async with hub.store.read() as tx:
-            [record] = await tx.select("runtime_processes")
+        record = await until_recorded(hub)
         assert (record.pid, record.agent_pid, record.hub_id) == (supervisor, cli, hub.id)
+        assert record.start_time == psutil.Process(supervisor).create_time()
     finally:
         await hub.stop()
     await wait_gone(supervisor, *tools.all())
@@ -262,9 +289,9 @@ async def test_a_hub_ends_the_processes_a_dead_hub_left(hub: Hub) -> None:
             tx.insert("runtime_processes", record_of(reused, hub.id))  # this hub's own
 
         await hub.store.write(seed)
-        ended = await hub.processes.end_orphans()
+        # What a hub does at start, and in a cluster the lease sweep of every hub.
+        await hub.sweep_leases()
         await wait_gone(recorded.pid, recorded_tool, marked.pid, marked_tool)
-        assert set(ended) == {recorded.pid, recorded_tool, marked.pid, marked_tool}
         assert not is_gone(reused.pid)
 
         async with hub.store.read() as tx:
@@ -274,7 +301,8 @@ async def test_a_hub_ends_the_processes_a_dead_hub_left(hub: Hub) -> None:
         assert [r.hub_id for r in left] == [hub.id]
         assert event.subject == f"hub:{dead}"
         assert event.payload["records"] == 2
-        assert sorted(event.payload["ended_pids"]) == sorted(ended)
+        ended = {recorded.pid, recorded_tool, marked.pid, marked_tool}
+        assert set(event.payload["ended_pids"]) == ended
         # Nothing left: the next sweep ends nothing and says nothing.
         assert await hub.processes.end_orphans() == []
     finally:

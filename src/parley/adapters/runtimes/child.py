@@ -167,13 +167,18 @@ class ChildProcess:
         finally:
             theirs.close()
         lifeline.setblocking(False)
-        said = await _first_line(lifeline)
+        try:
+            said = await _first_line(lifeline)
+        except BaseException:
+            # Cancelled while it starts: the supervisor, its lifeline closed, ends the agent.
+            lifeline.close()
+            raise
         if not said.startswith("started "):
             lifeline.close()
             await proc.wait()
             raise _cannot_start(argv, cwd, said.removeprefix("error ") or "the supervisor failed")
         agent_pid = int(said.split()[1])
-        record = await owner.started(proc.pid, agent_pid, argv[0])
+        record = owner.started(proc.pid, agent_pid, argv[0])
         return cls(
             proc,
             kill_grace_s=kill_grace_s,

@@ -55,6 +55,7 @@ class ProcessOwner:
         self.hub_id: str | None = None
         self._ledger: ProcessLedger | None = None
         self.live: dict[str, RuntimeProcess] = {}
+        self._writes: dict[str, asyncio.Future[None]] = {}
 
     def bind(self, hub_id: str, ledger: ProcessLedger) -> None:
         self.hub_id = hub_id
@@ -71,8 +72,10 @@ class ProcessOwner:
             return env
         return {**env, OWNER_ENV: self.hub_id}
 
-    async def started(self, pid: int, agent_pid: int, command: str) -> RuntimeProcess | None:
-        """Record the supervisor ``pid`` (of ``agent_pid``) for the hub; None without a hub."""
+    def started(self, pid: int, agent_pid: int, command: str) -> RuntimeProcess | None:
+        """Record the supervisor ``pid`` (of ``agent_pid``) for the hub; None without a hub.
+        The record is written in the background: the turn does not wait for it, and a turn
+        cancelled meanwhile cannot leave the process unowned."""
         if self.hub_id is None:
             return None
         record = RuntimeProcess(
@@ -87,19 +90,25 @@ class ProcessOwner:
             created=datetime.now(UTC),
         )
         self.live[record.id] = record
-        ledger = self._ledger
-        if ledger is not None:
-            try:
-                await ledger.started(record)
-            except Exception:
-                # The supervisor still ends the tree if the hub dies; only the second line is
-                # missing for this process.
-                log.exception("recording process %d failed", pid)
+        if self._ledger is not None:
+            self._writes[record.id] = asyncio.ensure_future(self._write(self._ledger, record))
         return record
 
+    async def _write(self, ledger: ProcessLedger, record: RuntimeProcess) -> None:
+        try:
+            await ledger.started(record)
+        except Exception:
+            # The supervisor still ends the tree if the hub dies; only the second line is
+            # missing for this process.
+            log.exception("recording process %d failed", record.pid)
+
     async def ended(self, record: RuntimeProcess | None) -> None:
+        """Forget ``record``: its process and everything below it have ended."""
         if record is None or self.live.pop(record.id, None) is None:
             return
+        write = self._writes.pop(record.id, None)
+        if write is not None:
+            await asyncio.wait({write})  # deleted after it was written, never before
         ledger = self._ledger
         if ledger is not None and record.hub_id == self.hub_id:
             try:
