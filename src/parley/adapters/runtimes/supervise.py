@@ -34,8 +34,10 @@ import signal
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -105,6 +107,9 @@ class Supervisor:
 
     def run(self) -> None:
         """Wait for the agent's exit, a stop, or the hub's death; then end every descendant."""
+        # Imported once the agent runs, not before: its start does not wait for it.
+        import psutil  # noqa: F401
+
         while True:
             self._reap()
             if self.status is not None or self.stop_requested or self.hub_gone:
@@ -137,6 +142,8 @@ class Supervisor:
                 self.status = status
 
     def _descendants(self) -> list[psutil.Process]:
+        import psutil
+
         try:
             found = psutil.Process().children(recursive=True)
         except psutil.Error:
@@ -149,6 +156,8 @@ class Supervisor:
         return alive
 
     def _signal_all(self, sig: int) -> int:
+        import psutil
+
         procs = self._descendants()
         for proc in procs:
             with contextlib.suppress(psutil.Error):
