@@ -194,8 +194,8 @@ class Supervisor:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             signal.set_wakeup_fd(-1)
-            signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
             os._exit(128 + sig)  # a signal that does not end a process
         os._exit(os.waitstatus_to_exitcode(status))
