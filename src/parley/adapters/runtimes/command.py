@@ -12,8 +12,9 @@ Three protocols, chosen per agent:
   turn; the thread id is kept and the next turn runs ``codex exec ... resume <thread id>``.
 
 A session or thread id the CLI no longer knows is dropped and the turn starts afresh once; the
-turn's timings then carry ``resumed_fresh``. Every child runs in its own process group, stopped
-whole when its turn (or, kept alive, its session) ends, however it ends.
+turn's timings then carry ``resumed_fresh``. Every child runs under a supervisor that owns all
+it starts (:mod:`parley.adapters.runtimes.supervise`), stopped whole when its turn (or, kept
+alive, its session or its worker) ends, however it ends, and when the hub dies.
 """
 
 from __future__ import annotations

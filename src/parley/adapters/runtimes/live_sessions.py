@@ -4,7 +4,7 @@ The ``command`` runtime of an agent keeps, for each logical session it serves
 (``turn.session_id``), one Claude Code process in stream-json mode. A turn sends one user frame
 to it; a cancelled turn is interrupted by a control request and the process stays for the next
 turn; a turn that times out, or a process that does not answer the interrupt, is stopped with
-its whole process group. When there is no process (first turn, hub restart, crash, idle close),
+everything it started. When there is no process (first turn, hub restart, crash, idle close),
 one is started with ``--resume=<session id>`` from the logical session's runtime state, and an
 id Claude Code no longer knows is dropped: the turn starts a fresh session once, and says so.
 """
