@@ -1,4 +1,5 @@
-"""Kill -9 of ``parley serve`` while command-line workers run: none of their processes remains.
+"""Kill -9 (and SIGTERM) of ``parley serve`` while command-line workers run: none of their
+processes remains.
 
 A real ``parley serve`` on the backend under test runs a Claude Code worker and a Codex worker
 (the fakes, each starting a tool in a session of its own at the start of its turn, as Claude
@@ -167,3 +168,18 @@ async def test_a_restarted_hub_ends_what_a_dead_hub_and_its_supervisors_left(
         assert set(tools) <= set(event["payload"]["ended_pids"])
     finally:
         second.stop()
+
+
+async def test_sigterm_of_the_hub_ends_every_process_of_its_workers(
+    tmp_path: Path, backend: str, database_url: str, ready: ReadyListener
+) -> None:
+    home = tmp_path / "home"
+    tool_pids = tmp_path / "tool-pids"
+    hub = serve(home, backend, database_url)
+    try:
+        clis = await start_workers(hub, tmp_path, ready, tool_pids)
+        tools = tools_of(tool_pids)
+        supervisors = [psutil.Process(pid).ppid() for pid in clis]
+    finally:
+        assert hub.stop() == 0  # SIGTERM: a clean stop
+    await wait_gone(*clis, *tools, *supervisors)
