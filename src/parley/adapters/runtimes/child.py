@@ -245,10 +245,11 @@ class ChildProcess:
         return failure
 
     async def stop(self) -> None:
-        """Stop the whole process group and reap it; safe to call many times, from anywhere."""
+        """Stop the agent and every process below it, and reap them; safe to call many times,
+        from anywhere."""
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._stop())
-        # Shielded: a caller cancelled mid-stop must not leave the group half-killed.
+        # Shielded: a caller cancelled mid-stop must not leave the tree half-killed.
         await asyncio.shield(self._stopping)
 
     async def _stop(self) -> None:
