@@ -58,6 +58,13 @@ class ProcessOwner:
         self._writes: dict[str, asyncio.Future[None]] = {}
 
     def bind(self, hub_id: str, ledger: ProcessLedger) -> None:
+        if self.hub_id is not None and self.hub_id != hub_id:
+            log.warning(
+                "hub %s starts while hub %s runs in this process: the processes runtimes start "
+                "from now on are recorded as the new hub's",
+                hub_id,
+                self.hub_id,
+            )
         self.hub_id = hub_id
         self._ledger = ledger
 
