@@ -10,6 +10,7 @@ dead hub's processes are ended by the next hub (both backends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from parley.adapters.runtimes.ownership import OWNER
 from parley.bootstrap import build_hub, default_runtimes
 from parley.config import Settings
 from parley.core.identity import Principal
+from parley.core.ids import new_ulid
 from parley.core.ports import Tx
 from parley.core.processes import OWNER_ENV, RuntimeProcess
 from parley.service.hub import Hub
@@ -273,14 +275,15 @@ def record_of(proc: subprocess.Popen[bytes], hub_id: str) -> RuntimeProcess:
 
 
 async def test_a_hub_ends_the_processes_a_dead_hub_left(hub: Hub) -> None:
-    dead = "01DEADHUB0000000000000000"
+    dead = new_ulid()  # a hub that is gone; unique, so no other run's process carries it
     recorded = start_tree({})
     marked = start_tree({OWNER_ENV: dead})  # found by its environment, with no record
     reused = start_tree({})  # a record whose pid was given to another process since
     try:
-        assert recorded.stdout is not None and marked.stdout is not None
+        assert recorded.stdout and marked.stdout and reused.stdout
         recorded_tool = int(recorded.stdout.readline())
         marked_tool = int(marked.stdout.readline())
+        reused_tool = int(reused.stdout.readline())
         stale = record_of(reused, dead).model_copy(update={"id": "p-stale", "start_time": 1.0})
 
         async def seed(tx: Tx) -> None:
@@ -309,3 +312,5 @@ async def test_a_hub_ends_the_processes_a_dead_hub_left(hub: Hub) -> None:
         for proc in (recorded, marked, reused):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            os.kill(reused_tool, signal.SIGKILL)  # the one tree this test leaves alive
