@@ -13,6 +13,12 @@ throwaway database):
   call to its return, when every worker is KILLED and every turn has ended (checked after).
   ``cancel_tree_100_killed_ms`` stops the clock earlier: when the last KILLED state reaches a
   subscriber of the hub's live ``workers`` topic (the turns may still be unwinding).
+* ``orphans_after_hub_kill``: a hub in a process of its own (same backend) runs 3 fake Claude
+  Code and 3 fake Codex workers mid-turn, each CLI with a tool started in a session of its own
+  (as Claude Code runs Bash); the hub is killed with SIGKILL and restarted on the same store;
+  the figure is how many of those processes (supervisors, CLIs, tools) are still running 10 s
+  after the kill (must be 0). ``orphans_gone_ms``: from the kill until none runs (the
+  supervisors end their trees on their own, without waiting for the restart).
 * ``takeover_*``: a root worker whose agent is the fake Claude Code (``tests/fakes/
   fake_claude.py`` in ``slow`` mode, kept alive per session, stream-json), caught mid-turn;
   from the takeover call to the moment the injected turn enters the runtime, minus the CLI's
@@ -33,11 +39,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from common import (
     backend_table,
@@ -48,7 +58,7 @@ from common import (
     parse_args,
     run_main,
 )
-from hub_server import percentile, progress
+from hub_server import HubProcess, percentile, progress, temp_postgres
 from parley.adapters.runtimes.command import CommandRuntime
 from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.errors import RuntimeFailure
@@ -66,6 +76,10 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_CLAUDE = REPO / "tests" / "fakes" / "fake_claude.py"
+FAKE_CODEX = REPO / "tests" / "fakes" / "fake_codex.py"
+ORPHAN_WORKERS = 3
+"""Fake Claude Code workers, and as many fake Codex ones, running when the hub is killed."""
+ORPHAN_WAIT_S = 10.0
 TREE_SIZE = 100
 TREE_BRANCHING = 3
 CHILDREN_PER_PARENT = 20
@@ -381,6 +395,96 @@ async def bench_live_mail(
     return figures
 
 
+# -- 4. kill -9 of a hub with CLI workers running -------------------------------------------------
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+async def _survivors(pids: set[int], deadline: float) -> tuple[list[int], float]:
+    """Which of ``pids`` still run when all have gone or at ``deadline``, and when that was."""
+    while (alive := [p for p in pids if _running(p)]) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+    return alive, time.perf_counter()
+
+
+async def bench_orphans(
+    hub: Hub, runtimes: StaticRuntimes, operator: Principal, plan: Plan
+) -> dict[str, Any]:
+    progress(f"orphans: kill -9 of a hub running {2 * ORPHAN_WORKERS} fake CLI workers")
+    scratch = Path(tempfile.mkdtemp(prefix="parley-bench-orphans-"))
+    try:
+        if hub.store.dialect == "postgresql":
+            async with temp_postgres("parley_bench_orph_") as url:
+                return await _orphans(scratch, url)
+        return await _orphans(scratch, None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _orphans(scratch: Path, database_url: str | None) -> dict[str, Any]:
+    tool_pids = scratch / "tool-pids"
+    codex = scratch / "codex-fake"
+    codex.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CODEX}" "$@"\n')
+    codex.chmod(0o755)
+    first = HubProcess(scratch / "home", database_url)
+    second = HubProcess(scratch / "home", database_url, first.port)
+    async with fake_cli_reports() as reports:
+        common = {"FAKE_READY_PORT": str(reports.port), "FAKE_TOOL_PIDS": str(tool_pids)}
+        agents = {
+            "claude-agent": {
+                "kind": "command",
+                "protocol": "claude-stream-json",
+                "argv": [sys.executable, str(FAKE_CLAUDE), "slow"],
+                "env": common,
+            },
+            "codex-agent": {
+                "kind": "command",
+                "preset": "codex",
+                "executable": str(codex),
+                "env": {**common, "FAKE_CODEX_MODE": "hang", "FAKE_CODEX_LOGGED_IN": "1"},
+            },
+        }
+        try:
+            await first.start()
+            headers = {"Authorization": f"Bearer {first.operator_token}"}
+            async with httpx.AsyncClient(base_url=first.url, headers=headers) as op:
+                for agent_id, runtime in agents.items():
+                    r = await op.post("/v1/agents", json={"id": agent_id, "runtime": runtime})
+                    assert r.status_code == 201, r.text
+                    for i in range(ORPHAN_WORKERS):
+                        body = {"agent_id": agent_id, "prompt": f"Port part {i}"}
+                        r = await op.post("/v1/workers", json=body)
+                        assert r.status_code == 201, r.text
+            clis = [int((await next_report(reports, "turn"))[1]) for _ in range(2 * ORPHAN_WORKERS)]
+            tools = [int(line.split()[1]) for line in tool_pids.read_text().splitlines()]
+            pids = {*clis, *tools, *(_parent(pid) for pid in clis)}
+            assert first.proc is not None
+            first.proc.kill()
+            killed = time.perf_counter()
+            first.proc.wait()
+            survivors = asyncio.create_task(_survivors(pids, killed + ORPHAN_WAIT_S))
+            await second.start()  # the restarted hub ends what a dead hub's records name
+            alive, gone_at = await survivors
+            gone_ms = None if alive else (gone_at - killed) * 1000
+        finally:
+            first.stop()
+            second.stop()
+    progress(f"orphans: {len(alive)} of {len(pids)} processes left after the kill")
+    return {
+        "orphans_after_hub_kill": len(alive),
+        "orphans_processes": len(pids),
+        "orphans_gone_ms": ms(gone_ms),
+    }
+
+
 # -- driver ---------------------------------------------------------------------------------------
 HEADLINES = (
     "spawn_p50_ms",
@@ -391,6 +495,7 @@ HEADLINES = (
     "cli_interrupt_p50_ms",
     "mail_to_live_turn_p50_ms",
     "mail_to_live_turn_p99_ms",
+    "orphans_after_hub_kill",
 )
 TARGETS = {"spawn_p99_ms": 50.0, "cancel_tree_100_ms": 500.0, "takeover_p99_ms": 200.0}
 
@@ -398,9 +503,9 @@ TARGETS = {"spawn_p99_ms": 50.0, "cancel_tree_100_ms": 500.0, "takeover_p99_ms":
 async def run(plan: Plan) -> dict[str, Any]:
     return await compare_backends(
         plan,
-        (bench_spawn, bench_cancel, bench_takeover, bench_live_mail),
+        (bench_spawn, bench_cancel, bench_takeover, bench_live_mail, bench_orphans),
         (*HEADLINES, "mail_to_live_turn_ms_p50", "mail_to_live_turn_ms_p99"),
-        per_backend=HEADLINES,
+        per_backend=[h for h in HEADLINES if h.endswith("_ms")],
         targets=TARGETS,
         home_prefix="parley-bench-workers-",
         database_prefix="parley_bench_work_",
@@ -431,6 +536,9 @@ def table(result: dict[str, Any]) -> str:
         ("mails into a live turn", "live_mails"),
         ("mail -> live turn p50 ms", "mail_to_live_turn_p50_ms"),
         ("mail -> live turn p99 ms", "mail_to_live_turn_p99_ms"),
+        ("processes at hub kill -9", "orphans_processes"),
+        ("  left 10 s after the kill", "orphans_after_hub_kill"),
+        ("  all gone after ms", "orphans_gone_ms"),
         ("elapsed s", "elapsed_s"),
     ]
     return backend_table(result, rows)

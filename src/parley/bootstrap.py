@@ -14,7 +14,7 @@ from parley.adapters.store.sqlite import SqliteStore
 from parley.adapters.workspace import LocalWorkspace
 from parley.config import Settings, write_operator_token
 from parley.core.errors import ConfigError
-from parley.core.ports import Bus, Clock, RuntimeSource, Store
+from parley.core.ports import Bus, Clock, ProcessKeeper, RuntimeSource, Store
 from parley.private_files import secure_data_root
 from parley.service.hub import Hub
 
@@ -63,6 +63,13 @@ def default_runtimes() -> RuntimeSource:
     return RuntimeRegistry()
 
 
+def process_owner() -> ProcessKeeper:
+    """This process's owner of the processes runtimes start (one hub per process)."""
+    from parley.adapters.runtimes.ownership import OWNER
+
+    return OWNER
+
+
 def operator_token_writer(settings: Settings) -> Callable[[str], None]:
     """What the hub does after the operator's token was rotated: rewrite the token file, which
     the CLI on this machine reads and whose token no longer works."""
@@ -100,6 +107,7 @@ def build_hub(
         clock=clock,
         runtimes=runtimes if runtimes is not None else default_runtimes(),
         on_operator_rotated=operator_token_writer(settings),
+        processes=process_owner(),
     )
     if isinstance(store, SqlStore):
         store.on_batch = hub.ctx.metrics.batch_committed

@@ -38,7 +38,8 @@ With ``$FAKE_READY_PORT`` the fake reports to 127.0.0.1:<port>: ``turn <pid> <n>
 when it starts its n-th turn (in ``slow``/``deaf`` once the partial message is out),
 ``interrupted <request id>`` when it honours an interrupt. With ``$FAKE_CLAUDE_HOME`` sessions
 are files there and ``--resume=<id>`` of an unknown id fails as Claude Code does; without it
-every id is taken as known.
+every id is taken as known. With ``$FAKE_TOOL_PIDS`` each turn starts a tool in a session of its
+own first (:mod:`fake_tool`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any
+
+from fake_tool import start_tool
 
 MODEL = "claude-sonnet-4-5"
 COST_PER_TURN = 0.000125
@@ -268,6 +271,7 @@ def take_turn(mode: str, session: Session, inputs: Inputs, text: str) -> bool:
     session.turns += 1
     session.save(text)
     session.init()
+    start_tool()
     last_line = text.strip().splitlines()[-1]
     if mode == "no-result":
         sys.exit(0)

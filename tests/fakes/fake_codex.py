@@ -23,6 +23,7 @@ With ``$FAKE_CODEX_HOME`` threads are files there and ``resume`` of an unknown i
 does (stderr "no rollout found", exit 1, no events); without it every id is known.
 ``login status`` succeeds only with ``$FAKE_CODEX_LOGGED_IN=1``. With ``$FAKE_READY_PORT`` it
 reports ``login <pid>`` for a login check and ``turn <pid> <thread id> new|resumed`` for a turn.
+With ``$FAKE_TOOL_PIDS`` each turn starts a tool in a session of its own first (:mod:`fake_tool`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any
+
+from fake_tool import start_tool
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -176,6 +179,7 @@ def main() -> int:
         mode = prompt.split("fake-mode=", 1)[1].split()[0]
     emit({"type": "thread.started", "thread_id": thread_id})
     emit({"type": "turn.started"})
+    start_tool()
     report(f"turn {os.getpid()} {thread_id} {'resumed' if resume else 'new'}")
     if mode == "fail":
         message = (

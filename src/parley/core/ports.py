@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -20,6 +20,7 @@ from parley.core.channels import Channel, ChannelMessage, LogicalSession
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
+from parley.core.processes import RuntimeProcess
 from parley.core.rooms import Meeting
 from parley.core.runtime import Turn, TurnResult
 from parley.core.search import SearchHit, SearchQuery
@@ -279,6 +280,43 @@ class Workspace(Protocol):
         absolute with symlinks resolved. Raise InvalidRequest (``invalid_workspace``) for a
         relative path or a system directory, Conflict (``workspace_overlap``) when it equals,
         contains or lies inside one of ``taken`` (agent id → workspace)."""
+        ...
+
+
+@runtime_checkable
+class SessionProcesses(Protocol):
+    """A runtime that keeps a process per logical session between turns (Claude Code)."""
+
+    async def end_session(self, session_id: str) -> None:
+        """Stop the session's process and everything it started; a turn running on it keeps
+        it until the turn ends, and it is stopped then."""
+        ...
+
+
+class ProcessLedger(Protocol):
+    """Where a hub keeps the record of the processes its runtimes run (its store)."""
+
+    async def started(self, process: RuntimeProcess) -> None: ...
+    async def ended(self, process_id: str) -> None: ...
+
+
+class ProcessKeeper(Protocol):
+    """The processes runtimes run on this machine: whose they are, and ending a dead hub's."""
+
+    host: str
+
+    def bind(self, hub_id: str, ledger: ProcessLedger) -> None:
+        """From now on processes started here belong to ``hub_id``, recorded in ``ledger``."""
+        ...
+
+    def unbind(self, hub_id: str) -> None: ...
+
+    async def end_orphans(
+        self, records: Sequence[RuntimeProcess], dead_hubs: Iterable[str]
+    ) -> list[int]:
+        """End what ``records`` (of dead hubs, on this machine) still name, every process below
+        them, and every process whose environment names one of ``dead_hubs`` as its owner;
+        return the pids ended."""
         ...
 
 

@@ -10,7 +10,15 @@ from collections.abc import Awaitable, Callable
 from parley.core.clock import SystemClock
 from parley.core.identity import Principal
 from parley.core.ids import new_ulid
-from parley.core.ports import Bus, Clock, Runtime, RuntimeSource, Store, Workspace
+from parley.core.ports import (
+    Bus,
+    Clock,
+    ProcessKeeper,
+    Runtime,
+    RuntimeSource,
+    Store,
+    Workspace,
+)
 from parley.core.settings import HubSettings
 from parley.service.chat_links import BridgeLinks
 from parley.service.context import ServiceContext
@@ -31,6 +39,7 @@ from parley.service.meetings.rooms import Rooms
 from parley.service.metrics import HubMetrics
 from parley.service.search import Search
 from parley.service.tools.toolbox import TurnToolBoxes
+from parley.service.workers.processes import ProcessRecords
 from parley.service.workers.workers import Workers
 
 log = logging.getLogger("parley.hub")
@@ -62,6 +71,7 @@ class Hub:
         clock: Clock | None = None,
         runtimes: RuntimeSource | None = None,
         on_operator_rotated: Callable[[str], None] | None = None,
+        processes: ProcessKeeper | None = None,
     ) -> None:
         clock = clock or SystemClock()
         self.settings = settings
@@ -77,6 +87,9 @@ class Hub:
             metrics=metrics,
         )
         self.runtimes: RuntimeSource = runtimes or _NoRuntimes()
+        # The processes the runtimes run on this machine: recorded while they live, and those
+        # a dead hub left ended at start and by the lease sweep.
+        self.processes = ProcessRecords(self.ctx, processes, self.id)
         self.bridge_links = BridgeLinks(self.ctx)
         self.identity = Identity(
             self.ctx,
@@ -153,6 +166,7 @@ class Hub:
         dead hub left running, start the sweeps."""
         await self.ctx.store.open()
         await self.ctx.store.mark_alive(self.id)
+        self.processes.bind()
         await self.ctx.bus.start()
         if self.ctx.bus.shared:
             # Other hubs change principals and revoke tokens: forget what they changed.
@@ -163,6 +177,7 @@ class Hub:
         await self.tasks.recover()
         await self.meetings.recover()
         await self.workers.recover()
+        await self.processes.end_orphans()
         self.last_sweep = self.ctx.clock.monotonic()
         if background:
             self._every(self.settings.expiry_sweep_s, self.mail.expire_due, "expiry")
@@ -186,6 +201,7 @@ class Hub:
         await self.tasks.recover()
         await self.meetings.recover()
         await self.workers.recover(at_start=False)
+        await self.processes.end_orphans()
         self.last_sweep = self.ctx.clock.monotonic()
 
     def sweep_health(self) -> str:
@@ -218,6 +234,7 @@ class Hub:
         await self.meetings.stop_all()
         await self.tasks.stop()
         await self.runtimes.aclose()
+        self.processes.unbind()
         await self.ctx.bus.close()
         await self.ctx.store.close()
         self.started = False

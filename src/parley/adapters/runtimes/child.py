@@ -1,8 +1,11 @@
-"""A command-line agent's child process: its own process group, its pipes, and how it is stopped.
+"""A command-line agent's child process: its supervisor, its pipes, and how it is stopped.
 
-Each child starts in a new session (its own process group), so stopping it stops everything it
-started: SIGTERM to the group, SIGKILL after a grace period, then the pipes drain and the
-process is reaped. ``stop`` may be called from anywhere, many times; it always finishes.
+Each agent runs under a supervisor (:mod:`.supervise`), the leader of a new session, that owns
+every process the agent starts, including those it starts in sessions of their own: stopping it
+(SIGTERM to the group; the supervisor ends every descendant within the grace period, SIGKILL
+after), the agent exiting, or the hub dying (its end of the supervisor's lifeline closes) ends
+them all. The supervised process is recorded for the hub while it lives
+(:mod:`.ownership`). ``stop`` may be called from anywhere, many times; it always finishes.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import json
 import logging
 import os
 import signal
+import socket
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from parley.adapters.runtimes import ownership, supervise
 from parley.adapters.runtimes.race import ProviderReply
 from parley.core.errors import RuntimeFailure
+from parley.core.processes import RuntimeProcess
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,10 @@ MESSAGE_TAIL_CHARS = 500
 _STDERR_KEEP = 16 * 1024
 _REAP_S = 5.0
 _DRAIN_S = 1.0
+_SUPERVISOR_MARGIN_S = 2.0
+"""Beyond the grace period, how long the supervisor's own stop (SIGKILL to what remains, and
+reaping) may take before the hub kills the tree itself."""
+_SUPERVISOR = os.path.abspath(supervise.__file__)
 
 
 def json_event(raw: str | bytes) -> dict[str, Any] | None:
@@ -92,8 +103,15 @@ class ChildProcess:
         kill_grace_s: float,
         on_line: Callable[[bytes], None] | None,
         keep_stdout: bool,
+        lifeline: socket.socket | None = None,
+        agent_pid: int | None = None,
+        record: RuntimeProcess | None = None,
     ) -> None:
         self.proc = proc
+        self.lifeline = lifeline
+        """The hub's end of the supervisor's lifeline: closing it ends the whole tree."""
+        self.agent_pid = agent_pid if agent_pid is not None else proc.pid
+        self.record = record
         self.kill_grace_s = kill_grace_s
         self.interrupt: bytes | None = None
         """Written to stdin before any signal when the child is stopped (Claude Code)."""
@@ -118,28 +136,66 @@ class ChildProcess:
         on_line: Callable[[bytes], None] | None = None,
         keep_stdout: bool = True,
     ) -> ChildProcess:
-        """Start ``argv`` in its own process group with piped stdin, stdout and stderr."""
+        """Start ``argv`` under a supervisor, in its own session, with piped stdin, stdout and
+        stderr."""
+        owner = ownership.OWNER
+        lifeline, theirs = socket.socketpair()
+        supervised = [
+            sys.executable,
+            "-I",
+            _SUPERVISOR,
+            str(theirs.fileno()),
+            f"{kill_grace_s:g}",
+            "--",
+            *argv,
+        ]
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *supervised,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd,
-                env=env,
-                # Its own process group, so a timeout can stop everything it started.
+                env=owner.env(env),
+                pass_fds=(theirs.fileno(),),
+                # Its own process group, so a stop reaches the supervisor and the agent.
                 start_new_session=True,
             )
         except OSError as exc:
-            raise RuntimeFailure(
-                f"cannot start command {list(argv)!r} in {cwd!r}: {exc}; "
-                "check the agent's runtime argv (or executable) and cwd",
-                reason="error",
-            ) from exc
-        return cls(proc, kill_grace_s=kill_grace_s, on_line=on_line, keep_stdout=keep_stdout)
+            lifeline.close()
+            raise _cannot_start(argv, cwd, str(exc)) from exc
+        finally:
+            theirs.close()
+        lifeline.setblocking(False)
+        try:
+            said = await _first_line(lifeline)
+        except BaseException:
+            # Cancelled while it starts: the supervisor, its lifeline closed, ends the agent.
+            lifeline.close()
+            raise
+        if not said.startswith("started "):
+            lifeline.close()
+            await proc.wait()
+            raise _cannot_start(argv, cwd, said.removeprefix("error ") or "the supervisor failed")
+        agent_pid = int(said.split()[1])
+        record = owner.started(proc.pid, agent_pid, argv[0])
+        return cls(
+            proc,
+            kill_grace_s=kill_grace_s,
+            on_line=on_line,
+            keep_stdout=keep_stdout,
+            lifeline=lifeline,
+            agent_pid=agent_pid,
+            record=record,
+        )
 
     @property
     def pid(self) -> int:
+        """The agent's pid (below its supervisor)."""
+        return self.agent_pid
+
+    @property
+    def supervisor_pid(self) -> int:
         return self.proc.pid
 
     @property
@@ -189,10 +245,11 @@ class ChildProcess:
         return failure
 
     async def stop(self) -> None:
-        """Stop the whole process group and reap it; safe to call many times, from anywhere."""
+        """Stop the agent and every process below it, and reap them; safe to call many times,
+        from anywhere."""
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._stop())
-        # Shielded: a caller cancelled mid-stop must not leave the group half-killed.
+        # Shielded: a caller cancelled mid-stop must not leave the tree half-killed.
         await asyncio.shield(self._stopping)
 
     async def _stop(self) -> None:
@@ -202,11 +259,17 @@ class ChildProcess:
             self.close_stdin()
             await self._wait_exit(self.kill_grace_s)
         if self.proc.returncode is None:
+            # The supervisor ends every descendant: SIGTERM, then SIGKILL after the grace.
             self._signal_group(signal.SIGTERM)
-            await self._wait_exit(self.kill_grace_s)
+            await self._wait_exit(self.kill_grace_s + _SUPERVISOR_MARGIN_S)
+        if self.proc.returncode is None:
+            ownership.kill_tree(self.proc.pid)
         # Always, even after a clean exit: nothing the child started may outlive it.
         self._signal_group(signal.SIGKILL)
         await self._wait_exit(_REAP_S)
+        if self.lifeline is not None:
+            self.lifeline.close()
+        await ownership.OWNER.ended(self.record)
         self.close_stdin()
         done, pending = await asyncio.wait(self._readers, timeout=_DRAIN_S)
         for reader in pending:
@@ -253,3 +316,23 @@ class ChildProcess:
             self._stderr.extend(chunk)
             if len(self._stderr) > _STDERR_KEEP:
                 del self._stderr[: len(self._stderr) - _STDERR_KEEP]
+
+
+def _cannot_start(argv: Sequence[str], cwd: str | None, why: str) -> RuntimeFailure:
+    return RuntimeFailure(
+        f"cannot start command {list(argv)!r} in {cwd!r}: {why}; "
+        "check the agent's runtime argv (or executable) and cwd",
+        reason="error",
+    )
+
+
+async def _first_line(lifeline: socket.socket) -> str:
+    """The supervisor's report: ``started <pid>`` or ``error <why>`` (empty if it died)."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while b"\n" not in data:
+        chunk = await loop.sock_recv(lifeline, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()

@@ -7,7 +7,7 @@ while it retries (``"Reconnecting... 1/5 (stream disconnected …)"``), then ``t
 (with ``usage``) or ``turn.failed`` (with ``error.message``). One process per turn: ``codex exec
 [flags] resume <thread id> -`` continues a thread; an id it does not know makes it exit 1 with
 "no rollout found for thread id …" on stderr and no events. Exec mode has no interrupt: a
-cancelled turn stops the process group, and the next turn resumes the thread.
+cancelled turn stops the process and all it started, and the next turn resumes the thread.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ Three protocols, chosen per agent:
   turn; the thread id is kept and the next turn runs ``codex exec ... resume <thread id>``.
 
 A session or thread id the CLI no longer knows is dropped and the turn starts afresh once; the
-turn's timings then carry ``resumed_fresh``. Every child runs in its own process group, stopped
-whole when its turn (or, kept alive, its session) ends, however it ends.
+turn's timings then carry ``resumed_fresh``. Every child runs under a supervisor that owns all
+it starts (:mod:`parley.adapters.runtimes.supervise`), stopped whole when its turn (or, kept
+alive, its session or its worker) ends, however it ends, and when the hub dies.
 """
 
 from __future__ import annotations
@@ -346,6 +347,11 @@ class CommandRuntime:
     async def close_idle(self) -> list[str]:
         """Stop kept-alive processes unused for ``idle_s``; return their logical sessions."""
         return await self.sessions.close_idle() if self.sessions is not None else []
+
+    async def end_session(self, session_id: str) -> None:
+        """Stop the process kept for ``session_id`` (see :meth:`ClaudeSessions.end`)."""
+        if self.sessions is not None:
+            await self.sessions.end(session_id)
 
     async def aclose(self) -> None:
         """Stop every kept-alive process."""

@@ -4,7 +4,7 @@ The ``command`` runtime of an agent keeps, for each logical session it serves
 (``turn.session_id``), one Claude Code process in stream-json mode. A turn sends one user frame
 to it; a cancelled turn is interrupted by a control request and the process stays for the next
 turn; a turn that times out, or a process that does not answer the interrupt, is stopped with
-its whole process group. When there is no process (first turn, hub restart, crash, idle close),
+everything it started. When there is no process (first turn, hub restart, crash, idle close),
 one is started with ``--resume=<session id>`` from the logical session's runtime state, and an
 id Claude Code no longer knows is dropped: the turn starts a fresh session once, and says so.
 """
@@ -63,6 +63,8 @@ class ClaudeSessions:
         self._live: dict[str, LiveClaude] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing: set[asyncio.Task[list[str]]] = set()
+        self._ending: set[str] = set()
+        """Sessions ended while a turn ran on them: their process is stopped when it ends."""
 
     def pid(self, session_id: str) -> int | None:
         """The pid of the live process of ``session_id``, if there is one."""
@@ -154,9 +156,11 @@ class ClaudeSessions:
 
     def _keep_or_drop(self, sid: str, doomed: list[LiveClaude]) -> None:
         live = self._live.get(sid)
+        ending = sid in self._ending
+        self._ending.discard(sid)
         if live is None:
             return
-        if not live.reusable:
+        if ending or not live.reusable:
             del self._live[sid]
             doomed.append(live)
             return
@@ -194,6 +198,18 @@ class ClaudeSessions:
                 self._arm_idle_timer(live)
         await asyncio.gather(*(live.stop() for live in expired))
         return closed
+
+    async def end(self, sid: str) -> None:
+        """Stop the process of ``sid`` (its worker ended): at once when no turn runs on it,
+        else when the running turn ends, instead of keeping it for a next turn."""
+        lock = self._locks.get(sid)
+        if lock is not None and lock.locked():
+            self._ending.add(sid)
+            return
+        live = self._live.pop(sid, None)
+        self._locks.pop(sid, None)
+        if live is not None:
+            await live.stop()
 
     async def aclose(self) -> None:
         """Stop every live process."""

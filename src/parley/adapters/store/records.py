@@ -23,6 +23,7 @@ from parley.core.consent import Invitation
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.mail import Message
+from parley.core.processes import RuntimeProcess
 from parley.core.rooms import Brief, Meeting, Minutes, PulseEntry, Room, RoomMember, Speech
 from parley.core.usage import Budget, UsageRecord
 from parley.core.workers import Artifact, Worker
@@ -53,6 +54,7 @@ RECORDS: dict[str, tuple[Table, type[BaseModel]]] = {
     "bridge_link_codes": (s.bridge_link_codes, LinkCode),
     "turn_usage": (s.turn_usage, UsageRecord),
     "usage_budgets": (s.usage_budgets, Budget),
+    "runtime_processes": (s.runtime_processes, RuntimeProcess),
 }
 # Each record's table by name.
 RECORD_TABLES = {name: table for name, (table, _) in RECORDS.items()}

@@ -501,3 +501,17 @@ usage_budgets = Table(
 # The full-text indexes of mail (subject, body) and channel messages (content) are made by
 # migration 0007 outside this metadata: an FTS5 table kept by triggers on SQLite, an expression
 # GIN index on PostgreSQL (``adapters/store/search.py`` queries them).
+
+runtime_processes = Table(
+    "runtime_processes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("hub_id", String(64), nullable=False, index=True),
+    Column("host", String(300), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pgid", Integer, nullable=False),
+    Column("start_time", Float, nullable=False),
+    Column("agent_pid", Integer, nullable=False),
+    Column("command", String(200), nullable=False),
+    Column("created", TS, nullable=False),
+)

@@ -290,7 +290,8 @@ async def cancel(
 ) -> list[Worker]:
     """Cancel a worker and, recursively, its children except independent ones (W4); return
     the workers cancelled. Their turns are really stopped: the cancel signal reaches the
-    runtime (a command agent's process group is killed) and this returns once they ended."""
+    runtime (every process a command agent started is ended) and this returns once they
+    ended; the processes kept for their sessions are stopped too."""
     check_text(reason, "reason")
     check_length(reason, "the cancel reason", wk.CANCEL_REASON_MAX_CHARS)
 
@@ -352,13 +353,15 @@ async def cancel(
     # A turn still live here has yet to end, and its end will find its worker KILLED.
     workers.killed_turns.update(t for t in task_ids if t in workers.tasks.live)
     await _stop_turns(workers, task_ids, force=force)
+    # Their turns ended: the processes kept for their sessions go too, before this returns.
+    await workers.end_processes(cancelled)
     return cancelled
 
 
 async def _stop_turns(workers: WorkerRecords, task_ids: Sequence[str], *, force: bool) -> None:
     """Signal the turns to stop and wait until their runtimes let go. ``force`` does not wait
     for a runtime's own cooperative stop: the task is cancelled outright, and the runtime's
-    cleanup (a process group killed) runs as it unwinds."""
+    cleanup (its processes ended) runs as it unwinds."""
     runners = []
     for task_id in task_ids:
         live = workers.tasks.live.get(task_id)

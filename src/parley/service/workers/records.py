@@ -9,6 +9,8 @@ those modules need not import the service that exposes them.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -20,7 +22,7 @@ from parley.core.errors import Conflict, NotFound, PermissionDenied
 from parley.core.identity import SYSTEM_ID, Principal
 from parley.core.limits import StorableText, check_text
 from parley.core.mail import Message
-from parley.core.ports import Tx
+from parley.core.ports import SessionProcesses, Tx
 from parley.core.workers import Worker, WorkerState
 from parley.service.context import ServiceContext
 from parley.service.conversations.channels import Channels
@@ -28,6 +30,8 @@ from parley.service.conversations.tasks import TaskRunner
 from parley.service.conversations.transcripts import check_content
 from parley.service.identity import Identity
 from parley.service.mail.mailbox import Mail
+
+log = logging.getLogger("parley.service.workers")
 
 WORKERS_TOPIC = "workers"
 
@@ -102,6 +106,7 @@ class WorkerRecords:
         # Turns whose worker a cancel already ended (KILLED is final): when they stop there is
         # nothing left to move, so their end skips a write; a tree of 100 stops 100 at once.
         self.killed_turns: set[str] = set()
+        self._ending: set[asyncio.Task[None]] = set()
 
     # -- records and permissions ------------------------------------------------------------------
     async def load(self, tx: Tx, worker_id: str, *, for_update: bool = False) -> Worker:
@@ -205,6 +210,9 @@ class WorkerRecords:
             },
         )
         moved = worker.model_copy(update=values)
+        if to in wk.TERMINAL:
+            # A worker that ended has no next turn: a process kept for its session goes now.
+            tx.after_commit(lambda: self._end_processes_later(moved))
         self.ctx.events.record(
             tx,
             f"worker.{to}",
@@ -217,6 +225,23 @@ class WorkerRecords:
         )
         self.publish(tx, moved)
         return moved
+
+    async def end_processes(self, workers: Sequence[Worker]) -> None:
+        """Stop the processes the workers' runtimes keep for their sessions (Claude Code kept
+        between turns), and everything those started."""
+        for worker in workers:
+            agent = await self.identity.get(worker.agent_id)
+            runtime = self.tasks.runtime_for(agent) if agent is not None else None
+            if isinstance(runtime, SessionProcesses):
+                try:
+                    await runtime.end_session(worker.session_id)
+                except Exception:
+                    log.exception("stopping the processes of worker %r failed", worker.id)
+
+    def _end_processes_later(self, worker: Worker) -> None:
+        task = asyncio.ensure_future(self.end_processes([worker]))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
 
     def publish(self, tx: Tx, worker: Worker) -> None:
         data = {"type": "worker", "worker": worker.model_dump(mode="json")}

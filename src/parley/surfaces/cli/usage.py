@@ -144,7 +144,7 @@ def search(
     channel: Annotated[str | None, typer.Option(help="Only in this channel.")] = None,
     since: Annotated[str | None, typer.Option(help="From this time (ISO 8601).")] = None,
     until: Annotated[str | None, typer.Option(help="Before this time (ISO 8601).")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=200)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many hits.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Find mail and channel messages you may read, newest first."""

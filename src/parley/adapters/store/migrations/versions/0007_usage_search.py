@@ -1,6 +1,6 @@
 """usage and search: per-turn token and cost records, budgets, full-text indexes
 
-Revision ID: 0007_usage_search
+Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-04 18:30:00.000000
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_usage_search"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
