@@ -24,8 +24,8 @@ from parley.surfaces.cli import (
     mailroom,
     rooms,
     serve,
-    usage,
     status,
+    usage,
     workers,
 )
 from parley.surfaces.cli.client import CliFailure
