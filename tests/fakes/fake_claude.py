@@ -53,7 +53,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fake_tool import start_tool
+try:  # run as a program, from this directory
+    from fake_tool import start_tool
+except ImportError:  # imported by a test for its constants
+    from tests.fakes.fake_tool import start_tool
 
 MODEL = "claude-sonnet-4-5"
 COST_PER_TURN = 0.000125

@@ -38,7 +38,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fake_tool import start_tool
+try:  # run as a program, from this directory
+    from fake_tool import start_tool
+except ImportError:  # imported by a test for its constants
+    from tests.fakes.fake_tool import start_tool
 
 
 def emit(event: dict[str, Any]) -> None:
