@@ -25,11 +25,7 @@ async def group_replies(hub: Hub, operator: Principal, channel_id: str, text: st
     posted = await hub.channels.post(operator, channel_id, text)
     await hub.tasks.wait_idle()
     messages = await hub.channels.messages(operator, channel_id)
-    return [
-        m.content
-        for m in messages
-        if m.sender_kind == "agent" and m.seq > posted.message.seq
-    ]
+    return [m.content for m in messages if m.sender_kind == "agent" and m.seq > posted.message.seq]
 
 
 async def test_a_patch_fixes_an_agent_with_the_checks_of_its_creation(

@@ -210,7 +210,7 @@ class Identity:
 
         try:
             await self.ctx.store.write(job)
-        except Exception as exc:  # noqa: BLE001 - informative only; the request goes on
+        except Exception as exc:  # informative only: the request goes on
             log.warning("could not record the use of a token: %s", exc)
 
     async def get(self, principal_id: str, tx: Tx | None = None) -> Principal | None:
@@ -443,9 +443,7 @@ class Identity:
                 self._validate_runtime(runtime)
             values["runtime"] = runtime
         if patch.accepts_channels_from is not None:
-            values["accepts_channels_from"] = consent.check_allow_list(
-                patch.accepts_channels_from
-            )
+            values["accepts_channels_from"] = consent.check_allow_list(patch.accepts_channels_from)
         if not values and patch.workspace is None:
             raise InvalidRequest(
                 "nothing to change: give at least one of display_name, persona, runtime, "
@@ -533,7 +531,10 @@ class Identity:
                 "agent.archived",
                 actor=caller.id,
                 subject=agent_id,
-                payload={"tokens_revoked": revoked, "left_room": member.room_id if member else None},
+                payload={
+                    "tokens_revoked": revoked,
+                    "left_room": member.room_id if member else None,
+                },
             )
             return agent.model_copy(update={"active": False})
 
@@ -617,7 +618,7 @@ class Identity:
             self.on_operator_rotated(token)
         return token
 
-    async def tokens(self, caller: Principal, principal_id: str) -> list[TokenRecord]:
+    async def tokens(self, caller: Principal, principal_id: str) -> Sequence[TokenRecord]:
         """The principal's valid tokens: id, label, when issued and last used, never the secret
         (the hub keeps none). The operator sees anyone's; a principal its own."""
         if not (caller.is_operator or caller.id == principal_id):
@@ -630,7 +631,9 @@ class Identity:
         async with self.ctx.store.read() as tx:
             return await tx.tokens_of(principal_id)
 
-    async def revoke_token(self, caller: Principal, principal_id: str, token_id: str) -> TokenRecord:
+    async def revoke_token(
+        self, caller: Principal, principal_id: str, token_id: str
+    ) -> TokenRecord:
         """Revoke one token of a principal by its id (operator only); its others stay valid."""
         require_operator(caller, "revoke tokens")
         await self.require(principal_id)

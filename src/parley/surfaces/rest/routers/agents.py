@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, StrictBool
 
+from parley.core.errors import NotFound
 from parley.core.identity import TOKEN_ID_CHARS, Principal, TokenRecord, hash_token
 from parley.core.redact import redact_config
 from parley.service.identity import MAX_LABEL_CHARS, AgentPatch, AgentSpec, HumanSpec
@@ -122,9 +123,7 @@ async def create_agent(spec: AgentSpec, caller: Caller, hub: HubDep) -> CreatedV
 
 
 @router.get("/v1/agents", response_model=list[PrincipalView])
-async def list_agents(
-    caller: Caller, hub: HubDep, archived: bool = False
-) -> list[PrincipalView]:
+async def list_agents(caller: Caller, hub: HubDep, archived: bool = False) -> list[PrincipalView]:
     """All agents (anyone may look up whom to write to); archived ones only with
     ``?archived=true``."""
     found = await hub.identity.list("agent", archived=archived)
@@ -174,6 +173,14 @@ async def create_human(spec: HumanSpec, caller: Caller, hub: HubDep) -> CreatedV
 @router.get("/v1/humans", response_model=list[PrincipalView])
 async def list_humans(caller: Caller, hub: HubDep) -> list[PrincipalView]:
     return [PrincipalView.of(p, caller) for p in await hub.identity.list("human")]
+
+
+@router.get("/v1/humans/{human_id}", response_model=PrincipalView)
+async def get_human(human_id: str, caller: Caller, hub: HubDep) -> PrincipalView:
+    found = await hub.identity.require(human_id)
+    if found.kind != "human":
+        raise NotFound(f"no human {human_id!r}", code="principal_not_found")
+    return PrincipalView.of(found, caller)
 
 
 @router.post("/v1/principals/{principal_id}/tokens", response_model=TokenView, status_code=201)
