@@ -198,9 +198,9 @@ class Channels(Transcripts):
 
         async def job(tx: Tx) -> Channel:
             await self.check_limit(tx, caller)
-            await self.check_name_free(tx, spec.name)
             members = await self._check_members(tx, [caller.id, *spec.members])
             await self.check_consent(tx, caller, members)
+            await self.check_name_free(tx, spec.name)
             channel = Channel(
                 id=new_ulid(),
                 name=spec.name,
