@@ -104,3 +104,28 @@ async def test_humans_and_labelled_tokens_from_the_cli(hub: Hub, served: Served)
         assert sorted(labels) == ["connect:claude-code", "connect:codex", "initial"]
 
     await asyncio.to_thread(steps)
+
+
+async def test_groups_and_rooms_by_name_from_the_cli(hub: Hub, served: Served) -> None:
+    assert hub.operator_token is not None
+    invoke, as_json = runner_for(served.url, hub.operator_token)
+
+    def steps() -> None:
+        as_json("agent", "add", "quiet")
+        design = as_json("group", "create", "--name", "design", "--member", "quiet")
+        twice = invoke("group", "create", "--name", "design", "--member", "quiet", code=1)
+        assert "channel_name_taken" in twice.output
+        posted = as_json("group", "post", "design", "x")
+        assert posted["message"]["channel_id"] == design["id"]
+        shown = as_json("channel", "show", design["id"][:20])
+        assert shown["id"] == design["id"]
+        listed = invoke("group", "list").output
+        # The name with a short id, which addresses the group too.
+        assert "design" in listed and design["id"] not in listed
+        assert design["id"][:8] in listed
+
+        room = as_json("room", "create", "standup")
+        assert "room_name_taken" in invoke("room", "create", "standup", code=1).output
+        assert as_json("room", "show", "standup")["room"]["id"] == room["id"]
+
+    await asyncio.to_thread(steps)
