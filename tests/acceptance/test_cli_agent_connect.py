@@ -141,7 +141,8 @@ def test_the_readable_output_is_the_snippet_with_comments(cli: Cli, hub: ServedH
     cli.ok("agent", "add", "alice")
     out = cli.ok("agent", "connect", "alice", "--client", "claude-code", "--url", "http://h:1")
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("# A new token was issued for 'alice'")
+    assert lines[0].startswith("# Each run issues a new token: this one is ")
+    assert "labelled 'connect:claude-code', for 'alice'" in lines[0]
     [command] = [line for line in lines if line.startswith("claude mcp add")]
     token = shlex.split(command)[-1].removeprefix("Authorization: Bearer ")
     assert command == (

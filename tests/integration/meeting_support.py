@@ -100,8 +100,11 @@ async def members(
 
 
 async def room_with(hub: Hub, operator: Principal, names: Sequence[str], **config: object) -> Room:
+    # "sync", then "sync-2", ...: a name names one room.
+    taken = len(await hub.rooms.visible(operator, limit=1000))
+    name = "sync" if taken == 0 else f"sync-{taken + 1}"
     room = await hub.rooms.create(
-        operator, RoomSpec.model_validate({"name": "sync", "config": config})
+        operator, RoomSpec.model_validate({"name": name, "config": config})
     )
     for name in names:
         await hub.rooms.join(operator, room.id, name)

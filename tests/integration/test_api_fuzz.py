@@ -55,6 +55,12 @@ MAX_WAIT_S = 300.0
 # With ``rotate`` this revokes the caller's own token when the fuzzer names the caller; it runs
 # last so it cannot lock the rest of the run out.
 RUNS_LAST = "POST /v1/principals/{principal_id}/tokens"
+# Archiving an agent revokes its tokens, and revoking one token may revoke the caller's: these
+# run just before the rotation, after everything else.
+RUNS_LATE = {
+    "POST /v1/agents/{agent_id}/archive",
+    "DELETE /v1/principals/{principal_id}/tokens/{token_id}",
+}
 
 
 # Schemathesis fuzz dictionaries, mixed into generated values. Hostile text is valid for a
@@ -87,6 +93,7 @@ KNOWN_FIELDS = {
     "path.agent_id": "principals",
     "path.owner": "principals",
     "path.principal_id": "principals",
+    "path.human_id": "principals",
     "path.channel_id": "channels",
     "path.message_id": "messages",
     "path.task_id": "tasks",
@@ -296,7 +303,7 @@ async def test_fuzzed_requests_get_no_server_error_and_json_refusals(
     operations = [
         result.ok() for result in schema.get_all_operations() if result.ok().label not in STREAMS
     ]
-    operations.sort(key=lambda op: op.label == RUNS_LAST)
+    operations.sort(key=lambda op: (op.label == RUNS_LAST, op.label in RUNS_LATE))
     failures: list[str] = []
 
     def fuzz_all() -> None:

@@ -43,7 +43,8 @@ async def agents(
 
 
 async def group(hub: Hub, operator: Principal, members: list[str], rounds: int = 3) -> str:
-    spec = ChannelSpec(name="g", members=members, discussion_rounds=rounds)
+    # Each group its own name: a name names one open channel.
+    spec = ChannelSpec(name=f"g-{new_ulid()}", members=members, discussion_rounds=rounds)
     return (await hub.channels.create(operator, spec)).id
 
 

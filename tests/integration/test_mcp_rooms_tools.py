@@ -57,7 +57,10 @@ async def remote(make_agent: MakeAgent, *ids: str) -> list[AgentHandle]:
 
 
 async def new_room(hub: Hub, operator: Principal, **config: object) -> str:
-    spec = RoomSpec.model_validate({"name": "sync", "config": config})
+    # "sync", then "sync-2", ...: a name names one room.
+    taken = len(await hub.rooms.visible(operator, limit=1000))
+    name = "sync" if taken == 0 else f"sync-{taken + 1}"
+    spec = RoomSpec.model_validate({"name": name, "config": config})
     return (await hub.rooms.create(operator, spec)).id
 
 

@@ -121,7 +121,7 @@ async def test_an_allow_list_gives_consent(hub: Hub, api: Any, make_agent: MakeA
     # The agent changes its own allow-list; others may neither change nor read it.
     r = await api(bob.token).put("/v1/agents/bob/consent", json={"accepts_channels_from": ["*"]})
     assert r.json()["accepts_channels_from"] == ["*"]
-    r = await api(carol.token).post("/v1/channels", json={"name": "g", "members": ["bob"]})
+    r = await api(carol.token).post("/v1/channels", json={"name": "g2", "members": ["bob"]})
     assert r.status_code == 201, r.text
     for call in (
         api(carol.token).put("/v1/agents/bob/consent", json={"accepts_channels_from": ["carol"]}),
@@ -135,7 +135,7 @@ async def test_an_allow_list_gives_consent(hub: Hub, api: Any, make_agent: MakeA
     # Set at creation by the operator.
     made = await op.post("/v1/agents", json={"id": "dan", "accepts_channels_from": ["carol"]})
     assert made.status_code == 201, made.text
-    r = await api(carol.token).post("/v1/channels", json={"name": "g", "members": ["dan"]})
+    r = await api(carol.token).post("/v1/channels", json={"name": "g3", "members": ["dan"]})
     assert r.status_code == 201, r.text
     events = (await op.get("/v1/events", params={"type": "agent.consent_changed"})).json()
     assert [e["subject"] for e in events] == ["bob", "bob"]

@@ -320,6 +320,8 @@ async def test_a_runtime_secret_reaches_no_other_agent(
     ids = {
         "agent_id": [v.id for v in victims] + [observer.id, "operator"],
         "owner": [v.id for v in victims] + [observer.id],
+        "principal_id": [v.id for v in victims] + [observer.id],
+        "human_id": ["operator"],
         "channel_id": visible,
         "message_id": messages,
         "task_id": tasks,

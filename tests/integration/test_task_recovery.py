@@ -67,7 +67,7 @@ async def test_a_restart_keeps_how_stopped_tasks_ended_and_notes_each_channel_on
     first, token, operator = await hub_with_alpha(settings, clock)
 
     async def group() -> str:
-        spec = ChannelSpec(name="g", members=["alpha"])
+        spec = ChannelSpec(name=f"g-{new_ulid()}", members=["alpha"])
         return (await first.channels.create(operator, spec)).id
 
     # U1's task was superseded by U2 (flagged in U2's transaction), then the hub died while

@@ -247,13 +247,24 @@ def test_command_surface_is_pinned() -> None:
         for name, cmd in sorted(root.commands.items())
     }
     assert tree == {
-        "agent": ["add", "connect", "consent", "list", "show"],
+        "agent": [
+            "add",
+            "archive",
+            "connect",
+            "consent",
+            "disable",
+            "enable",
+            "list",
+            "show",
+            "update",
+        ],
         "channel": ["create", "invite", "list", "messages", "post", "show", "tasks", "watch"],
         "demo": [],
         "discord": ["check", "link", "links", "unlink"],
         "discuss": ["callback", "close", "start", "status", "watch"],
         "events": [],
         "group": ["create", "delete", "list", "post", "set", "watch"],
+        "human": ["add", "list", "show"],
         "invitation": ["accept", "decline", "list"],
         "mail": [
             "ack",
@@ -295,7 +306,7 @@ def test_command_surface_is_pinned() -> None:
         "serve": [],
         "status": [],
         "task": ["cancel", "show"],
-        "token": ["issue"],
+        "token": ["issue", "list", "revoke"],
         "usage": ["budget"],
         "ui": [],
         "whoami": [],

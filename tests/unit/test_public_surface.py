@@ -22,6 +22,10 @@ GET /readyz
 GET /v1/agents
 POST /v1/agents
 GET /v1/agents/{agent_id}
+PATCH /v1/agents/{agent_id}
+POST /v1/agents/{agent_id}/archive
+POST /v1/agents/{agent_id}/disable
+POST /v1/agents/{agent_id}/enable
 GET /v1/agents/{agent_id}/consent
 PUT /v1/agents/{agent_id}/consent
 GET /v1/agents/{owner}/inbox
@@ -48,6 +52,7 @@ GET /v1/events
 GET /v1/events/stream
 GET /v1/humans
 POST /v1/humans
+GET /v1/humans/{human_id}
 GET /v1/im/sessions
 POST /v1/im/sessions
 GET /v1/im/sessions/{channel_id}
@@ -68,6 +73,8 @@ GET /v1/mail/{message_id}/thread
 GET /v1/mailroom/export
 POST /v1/mailroom/import
 POST /v1/principals/{principal_id}/tokens
+GET /v1/principals/{principal_id}/tokens
+DELETE /v1/principals/{principal_id}/tokens/{token_id}
 GET /v1/rooms
 POST /v1/rooms
 POST /v1/rooms/briefs

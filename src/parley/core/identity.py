@@ -34,7 +34,10 @@ class Principal(BaseModel):
     persona: str = ""
     runtime: dict[str, Any] = Field(default_factory=dict)
     work_channel_id: str | None = None
+    # False once archived: listed nowhere, its tokens refused; its id stays taken.
     active: bool = True
+    # A disabled agent is given no turns; its mail waits in its inbox.
+    disabled: bool = False
     created: datetime
     # Who may add this agent to channels without an invitation (core/consent.py); "*" is anyone.
     accepts_channels_from: list[str] = Field(default_factory=list)
@@ -44,8 +47,37 @@ class Principal(BaseModel):
         return self.role == "operator"
 
     @property
+    def state(self) -> str:
+        """``active``, ``disabled`` or ``archived``."""
+        if not self.active:
+            return "archived"
+        return "disabled" if self.disabled else "active"
+
+    @property
+    def takes_turns(self) -> bool:
+        """Whether the hub may give this principal turns (an archived or disabled one not)."""
+        return self.active and not self.disabled
+
+    @property
     def runtime_kind(self) -> str:
         return str(self.runtime.get("kind", "none"))
+
+
+TOKEN_ID_CHARS = 12
+"""A token's public id: this many leading hex digits of its hash (never the token itself)."""
+
+
+class TokenRecord(BaseModel):
+    """A stored token as the hub keeps it: its hash, never the secret."""
+
+    hash: str
+    label: str
+    created: datetime
+    last_used: datetime | None = None
+
+    @property
+    def id(self) -> str:
+        return self.hash[:TOKEN_ID_CHARS]
 
 
 def validate_slug(value: str, *, what: str = "id") -> str:

@@ -17,7 +17,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from parley.core.channels import Channel, ChannelMessage, LogicalSession
-from parley.core.identity import Principal
+from parley.core.identity import Principal, TokenRecord
 from parley.core.mail import InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
 from parley.core.processes import RuntimeProcess
@@ -73,6 +73,12 @@ class Tx(Protocol):
     ) -> None: ...
     async def principal_by_token(self, token_hash: str) -> Principal | None: ...
     async def revoke_tokens(self, principal_id: str, at: datetime) -> int: ...
+    async def tokens_of(self, principal_id: str) -> list[TokenRecord]:
+        """The principal's tokens that are not revoked, oldest first."""
+        ...
+
+    async def revoke_token(self, principal_id: str, token_hash: str, at: datetime) -> int: ...
+    async def touch_token(self, token_hash: str, at: datetime) -> None: ...
 
     def deliver_to_inbox(self, msg: Message, placed: Callable[[Message], None]) -> None:
         """Store ``msg`` at the next position of its recipient's inbox. The positions of all of

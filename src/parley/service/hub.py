@@ -154,6 +154,8 @@ class Hub:
         return self.ctx.bus
 
     def runtime_for(self, agent: Principal) -> Runtime | None:
+        if not agent.takes_turns:
+            return None  # disabled or archived: no turns until enabled
         kind = agent.runtime_kind
         if kind == "remote":
             return self._remote

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -14,13 +16,20 @@ from parley.core.identity import (
     OPERATOR_ID,
     Principal,
     PrincipalKind,
+    TokenRecord,
     hash_token,
     new_token,
     validate_slug,
 )
 from parley.core.ids import new_id, new_ulid
-from parley.core.limits import OptionalStorableText, StorableObject, StorableText
+from parley.core.limits import (
+    OptionalStorableText,
+    StorableObject,
+    StorableText,
+    check_text,
+)
 from parley.core.ports import Tx
+from parley.core.rooms import MEETING_STATES, RoomMember
 from parley.core.runtime import RUNTIME_KINDS
 from parley.service.context import ServiceContext
 from parley.service.turn_access import TurnAccess, TurnBinding
@@ -38,6 +47,16 @@ class AgentSpec(BaseModel):
     accepts_channels_from: list[StorableText] = Field(default_factory=list, max_length=200)
 
 
+class AgentPatch(BaseModel):
+    """What an operator may change of an agent; a field left out stays as it is."""
+
+    display_name: StorableText | None = Field(default=None, min_length=1, max_length=200)
+    workspace: StorableText | None = Field(default=None, max_length=4096)
+    persona: StorableText | None = Field(default=None, max_length=20_000)
+    runtime: StorableObject | None = None
+    accepts_channels_from: list[StorableText] | None = Field(default=None, max_length=200)
+
+
 class HumanSpec(BaseModel):
     id: str = Field(min_length=1, max_length=63)
     display_name: OptionalStorableText = Field(default=None, max_length=200)
@@ -52,7 +71,27 @@ class Created(BaseModel):
     work_channel_id: str | None = None
 
 
+log = logging.getLogger("parley.identity")
+
+MAX_LABEL_CHARS = 100
+
+
+def check_label(label: str) -> str:
+    """A token's label: what it is for (``claude-code``, ``ci``), shown by ``token list``."""
+    label = check_text(label, "label").strip()
+    if not label or len(label) > MAX_LABEL_CHARS:
+        raise InvalidRequest(
+            f"a token label has 1 to {MAX_LABEL_CHARS} characters, e.g. 'claude-code' or 'ci'",
+            code="invalid_label",
+            field="label",
+        )
+    return label
+
+
 TOKENS_REVOKED = "tokens_revoked"
+TOUCH_EVERY_S = 60.0
+"""How stale a token's stored ``last_used`` may get: one write a minute per token in use, not
+one per request."""
 # What else a rotation ends, in the rotation's own transaction: (tx, principal id, actor).
 RotationHook = Callable[[Tx, str, str], Awaitable[None]]
 # Changes of principals and rotations of their tokens, for the caches of every hub.
@@ -122,6 +161,8 @@ class Identity:
         self._revocations = 0
         self.turn_access = TurnAccess()
         """The tokens of this hub's running CLI turns (:mod:`parley.service.turn_access`)."""
+        # When this hub last wrote each token's ``last_used`` (see ``_touch``).
+        self._touched: dict[str, datetime] = {}
 
     # -- lookups ------------------------------------------------------------------------------
     async def authenticate(self, token: str | None) -> Principal:
@@ -143,6 +184,7 @@ class Identity:
             return await self._turn_principal(bound)
         pid = self._tokens.get(digest)
         if pid is not None and pid in self._principals:
+            await self._touch(digest)
             return self._principals[pid]
         revocations = self._revocations
         async with self.ctx.store.read() as tx:
@@ -158,6 +200,7 @@ class Identity:
         if revocations == self._revocations:
             self._tokens[digest] = principal.id
         self._principals[principal.id] = principal
+        await self._touch(digest)
         return principal
 
     async def _turn_principal(self, bound: TurnBinding) -> Principal:
@@ -173,6 +216,23 @@ class Identity:
     def turn_binding(self, token: str | None) -> TurnBinding | None:
         """The running turn ``token`` was issued for, if it is a live turn token."""
         return self.turn_access.binding(hash_token(token)) if token else None
+
+    async def _touch(self, digest: str) -> None:
+        """Record that a token was used, at most once a minute per token on this hub. A failed
+        write (a full disk) costs the request nothing: the time is only informative."""
+        now = self.ctx.clock.now()
+        last = self._touched.get(digest)
+        if last is not None and (now - last).total_seconds() < TOUCH_EVERY_S:
+            return
+        self._touched[digest] = now
+
+        async def job(tx: Tx) -> None:
+            await tx.touch_token(digest, now)
+
+        try:
+            await self.ctx.store.write(job)
+        except Exception as exc:  # informative only: the request goes on
+            log.warning("could not record the use of a token: %s", exc)
 
     async def get(self, principal_id: str, tx: Tx | None = None) -> Principal | None:
         cached = self._principals.get(principal_id)
@@ -193,10 +253,15 @@ class Identity:
             raise NotFound(f"no agent or human {principal_id!r}", code="principal_not_found")
         return found
 
-    async def list(self, kind: PrincipalKind | None = None) -> list[Principal]:
+    async def list(
+        self, kind: PrincipalKind | None = None, *, archived: bool = False
+    ) -> list[Principal]:
+        """Principals in id order; archived ones only when asked for."""
         async with self.ctx.store.read() as tx:
             p = tx.table("principals").c
             where = [p.kind == kind] if kind else []
+            if not archived:
+                where.append(p.active.is_(True))
             rows: list[Principal] = await tx.select("principals", *where, order_by=[p.id])
         for row in rows:
             self._principals[row.id] = row
@@ -317,7 +382,15 @@ class Identity:
         )
 
         async def job(tx: Tx) -> Principal:
-            if await tx.get("principals", agent_id) is not None:
+            existing: Principal | None = await tx.get("principals", agent_id)
+            if existing is not None and not existing.active:
+                raise Conflict(
+                    f"{agent_id!r} is the id of an archived {existing.kind}; ids are never "
+                    "reused, so its mail, transcripts and events keep meaning one principal. "
+                    "Choose another id",
+                    code="principal_archived",
+                )
+            if existing is not None:
                 raise Conflict(f"agent {agent_id!r} already exists", code="agent_exists")
             if spec.workspace is not None:
                 # Checked in the transaction that inserts the agent, against the workspaces
@@ -365,13 +438,143 @@ class Identity:
         self._principals[created.id] = created
         return Created(principal=created, token=token, work_channel_id=channel_id)
 
-    async def _prepare_workspace(self, tx: Tx, workspace: str) -> str:
-        """The new agent's workspace, absolute and resolved, created if missing; refused when
-        relative, a system directory, or overlapping another agent's workspace."""
+    async def _prepare_workspace(
+        self, tx: Tx, workspace: str, *, for_agent: str | None = None
+    ) -> str:
+        """The agent's workspace, absolute and resolved, created if missing; refused when
+        relative, a system directory, or overlapping another agent's workspace (an agent being
+        changed does not overlap its own)."""
         p = tx.table("principals").c
         agents: list[Principal] = await tx.select("principals", p.kind == "agent")
-        taken = {a.id: a.workspace for a in agents if a.workspace}
+        taken = {a.id: a.workspace for a in agents if a.workspace and a.id != for_agent}
         return self.ctx.workspace.prepare(workspace, taken)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def update_agent(self, caller: Principal, agent_id: str, patch: AgentPatch) -> Principal:
+        """Change an agent's name, persona, runtime, workspace or consent (operator only), with
+        the checks of its creation. Its next turn uses the new settings."""
+        require_operator(caller, "change agents")
+        values: dict[str, Any] = {}
+        if patch.display_name is not None:
+            values["display_name"] = patch.display_name.strip() or agent_id
+        if patch.persona is not None:
+            values["persona"] = patch.persona
+        if patch.runtime is not None:
+            runtime = check_runtime(patch.runtime)
+            if self._validate_runtime is not None:
+                self._validate_runtime(runtime)
+            values["runtime"] = runtime
+        if patch.accepts_channels_from is not None:
+            values["accepts_channels_from"] = consent.check_allow_list(patch.accepts_channels_from)
+        if not values and patch.workspace is None:
+            raise InvalidRequest(
+                "nothing to change: give at least one of display_name, persona, runtime, "
+                "workspace or accepts_channels_from",
+                code="empty_patch",
+            )
+
+        async def job(tx: Tx) -> Principal:
+            agent = await self._live_agent(tx, agent_id)
+            if patch.workspace is not None:
+                values["workspace"] = await self._prepare_workspace(
+                    tx, patch.workspace, for_agent=agent_id
+                )
+            await tx.update("principals", agent_id, **values)
+            self._changed(tx, agent_id)
+            self.ctx.events.record(
+                tx,
+                "agent.updated",
+                actor=caller.id,
+                subject=agent_id,
+                # Which settings changed, never their values: a runtime holds secrets.
+                payload={"changed": sorted(values)},
+            )
+            return agent.model_copy(update=values)
+
+        updated = await self.ctx.store.write(job)
+        self._principals[agent_id] = updated
+        return updated
+
+    async def set_disabled(self, caller: Principal, agent_id: str, disabled: bool) -> Principal:
+        """Disable an agent (no turns; its mail waits in its inbox) or enable it again."""
+        require_operator(caller, "disable or enable agents")
+
+        async def job(tx: Tx) -> Principal:
+            agent = await self._live_agent(tx, agent_id)
+            if agent.disabled == disabled:
+                return agent
+            await tx.update("principals", agent_id, disabled=disabled)
+            self._changed(tx, agent_id)
+            self.ctx.events.record(
+                tx,
+                "agent.disabled" if disabled else "agent.enabled",
+                actor=caller.id,
+                subject=agent_id,
+            )
+            return agent.model_copy(update={"disabled": disabled})
+
+        updated = await self.ctx.store.write(job)
+        self._principals[agent_id] = updated
+        return updated
+
+    async def archive_agent(self, caller: Principal, agent_id: str) -> Principal:
+        """Retire an agent for good (operator only): its tokens are revoked, it leaves its room
+        and is listed nowhere, it gets no turns and no new mail. Its mail, transcripts and
+        events are kept, and its id stays taken so that they keep meaning this agent."""
+        require_operator(caller, "archive agents")
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> Principal:
+            agent = await self._live_agent(tx, agent_id)
+            member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
+            if member is not None:
+                if member.state in MEETING_STATES:
+                    raise Conflict(
+                        f"{agent_id!r} is in a meeting of room {member.room_id!r}; archive it "
+                        "after the meeting ends",
+                        code="member_in_meeting",
+                    )
+                await tx.delete("room_members", agent_id)
+                self.ctx.events.record(
+                    tx,
+                    "room.left",
+                    actor=caller.id,
+                    subject=f"room:{member.room_id}",
+                    payload={"agent_id": agent_id, "reason": "archived"},
+                )
+            await tx.update("principals", agent_id, active=False)
+            revoked = await tx.revoke_tokens(agent_id, now)
+            for end in self._rotation_ends:
+                await end(tx, agent_id, caller.id)
+            self._changed(tx, agent_id, rotated=True)
+            tx.after_commit(lambda: self._revoked(agent_id))
+            self.ctx.events.record(
+                tx,
+                "agent.archived",
+                actor=caller.id,
+                subject=agent_id,
+                payload={
+                    "tokens_revoked": revoked,
+                    "left_room": member.room_id if member else None,
+                },
+            )
+            return agent.model_copy(update={"active": False})
+
+        updated = await self.ctx.store.write(job)
+        self._principals[agent_id] = updated
+        return updated
+
+    async def _live_agent(self, tx: Tx, agent_id: str) -> Principal:
+        """The agent, locked for the change; refused when unknown, a human, or archived."""
+        agent: Principal | None = await tx.get("principals", agent_id, for_update=True)
+        if agent is None or agent.kind != "agent":
+            raise NotFound(f"no agent {agent_id!r}", code="principal_not_found")
+        if not agent.active:
+            raise Conflict(
+                f"agent {agent_id!r} is archived and can no longer change",
+                code="principal_archived",
+            )
+        return agent
 
     async def create_human(self, caller: Principal, spec: HumanSpec) -> Created:
         require_operator(caller, "create humans")
@@ -398,10 +601,19 @@ class Identity:
         self._principals[created.id] = created
         return Created(principal=created, token=token)
 
-    async def issue_token(self, caller: Principal, principal_id: str, *, rotate: bool) -> str:
-        """A new token for a principal (operator only); ``rotate`` revokes the old ones."""
+    async def issue_token(
+        self, caller: Principal, principal_id: str, *, rotate: bool, label: str = "issued"
+    ) -> str:
+        """A new token for a principal (operator only), labelled so that it can be told apart
+        from the principal's others; ``rotate`` revokes the old ones."""
         require_operator(caller, "issue tokens")
-        await self.require(principal_id)
+        label = check_label(label)
+        found = await self.require(principal_id)
+        if not found.active:
+            raise Conflict(
+                f"{principal_id!r} is archived; an archived principal gets no tokens",
+                code="principal_archived",
+            )
         token = new_token()
         now = self.ctx.clock.now()
 
@@ -411,13 +623,13 @@ class Identity:
                 # Held in the store (chat links): ended in the same commit, on every hub at once.
                 for end in self._rotation_ends:
                     await end(tx, principal_id, caller.id)
-            await tx.insert_token(hash_token(token), principal_id, "issued", now)
+            await tx.insert_token(hash_token(token), principal_id, label, now)
             self.ctx.events.record(
                 tx,
                 "token.issued",
                 actor=caller.id,
                 subject=principal_id,
-                payload={"rotate": rotate},
+                payload={"rotate": rotate, "label": label},
             )
             if rotate:
                 self._changed(tx, principal_id, rotated=True)
@@ -427,6 +639,51 @@ class Identity:
         if rotate and principal_id == OPERATOR_ID and self.on_operator_rotated is not None:
             self.on_operator_rotated(token)
         return token
+
+    async def tokens(self, caller: Principal, principal_id: str) -> Sequence[TokenRecord]:
+        """The principal's valid tokens: id, label, when issued and last used, never the secret
+        (the hub keeps none). The operator sees anyone's; a principal its own."""
+        if not (caller.is_operator or caller.id == principal_id):
+            raise PermissionDenied(
+                f"{caller.id!r} may not list the tokens of {principal_id!r}; only the operator "
+                "and the principal itself may",
+                code="operator_only",
+            )
+        await self.require(principal_id)
+        async with self.ctx.store.read() as tx:
+            return await tx.tokens_of(principal_id)
+
+    async def revoke_token(
+        self, caller: Principal, principal_id: str, token_id: str
+    ) -> TokenRecord:
+        """Revoke one token of a principal by its id (operator only); its others stay valid."""
+        require_operator(caller, "revoke tokens")
+        await self.require(principal_id)
+        wanted = token_id.strip().lower()
+        now = self.ctx.clock.now()
+
+        async def job(tx: Tx) -> TokenRecord:
+            found = [t for t in await tx.tokens_of(principal_id) if t.id == wanted]
+            if not found:
+                raise NotFound(
+                    f"{principal_id!r} has no valid token with id {token_id!r}; list them "
+                    f"with 'parley token list {principal_id}'",
+                    code="token_not_found",
+                )
+            record = found[0]
+            await tx.revoke_token(principal_id, record.hash, now)
+            self.ctx.events.record(
+                tx,
+                "token.revoked",
+                actor=caller.id,
+                subject=principal_id,
+                payload={"token_id": record.id, "label": record.label},
+            )
+            self._changed(tx, principal_id, rotated=True)
+            tx.after_commit(lambda: self._revoked(principal_id))
+            return record
+
+        return await self.ctx.store.write(job)
 
     async def _revoked(self, principal_id: str) -> None:
         """Forget the principal's cached tokens, then tell every open request, stream and long

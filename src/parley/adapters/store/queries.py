@@ -88,6 +88,25 @@ REVOKE_TOKENS = Query(
     .values(revoked_at=bindparam("_at"))
 )
 
+_t = s.tokens.c
+TOKENS_OF = Query(
+    select(_t.hash, _t.label, _t.created, _t.last_used)
+    .where(_t.principal_id == bindparam("_principal"), _t.revoked_at.is_(None))
+    .order_by(_t.created, _t.hash)
+)
+REVOKE_TOKEN = Query(
+    update(s.tokens)
+    .where(
+        _t.principal_id == bindparam("_principal"),
+        _t.hash == bindparam("_hash"),
+        _t.revoked_at.is_(None),
+    )
+    .values(revoked_at=bindparam("_at"))
+)
+TOUCH_TOKEN = Query(
+    update(s.tokens).where(_t.hash == bindparam("_hash")).values(last_used=bindparam("_at"))
+)
+
 # -- mail ---------------------------------------------------------------------------------------
 _m = s.messages.c
 BY_IDEMPOTENCY = Query(

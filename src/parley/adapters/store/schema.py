@@ -32,7 +32,10 @@ principals = Table(
     Column("persona", Text, nullable=False, server_default=""),
     Column("runtime", JSON, nullable=False),
     Column("work_channel_id", String(64)),
+    # False once archived: its tokens no longer authenticate and it is listed nowhere.
     Column("active", Boolean, nullable=False, server_default=text("true")),
+    # A disabled agent keeps its mail and tokens but is given no turns.
+    Column("disabled", Boolean, nullable=False, server_default=text("false")),
     Column("created", TS, nullable=False),
     # Per-inbox sequence: incremented under the row lock when mail is delivered to this
     # principal, so an inbox has one gapless commit order (M6) on both stores.
@@ -49,6 +52,8 @@ tokens = Table(
     Column("label", String(200), nullable=False, server_default=""),
     Column("created", TS, nullable=False),
     Column("revoked_at", TS),
+    # Written at most once a minute per token (service/identity.py), not on every request.
+    Column("last_used", TS),
 )
 
 events = Table(

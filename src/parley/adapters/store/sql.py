@@ -40,7 +40,7 @@ from parley.adapters.store.statements import (
     where_clause,
 )
 from parley.core.channels import Channel, ChannelMessage, LogicalSession
-from parley.core.identity import Principal
+from parley.core.identity import Principal, TokenRecord
 from parley.core.mail import OPEN_STATUSES, InboxFilter, MailSummary, Message
 from parley.core.meetings import SpeakerSources
 from parley.core.ports import Page
@@ -384,6 +384,25 @@ class SqlTx:
 
     async def revoke_tokens(self, principal_id: str, at: datetime) -> int:
         return (await self.run(q.REVOKE_TOKENS, {"_principal": principal_id, "_at": at})).rowcount
+
+    async def tokens_of(self, principal_id: str) -> list[TokenRecord]:
+        rows = (await self.run(q.TOKENS_OF, {"_principal": principal_id})).mappings()
+        return [
+            TokenRecord(
+                hash=str(r["hash"]),
+                label=str(r["label"]),
+                created=utc(r["created"]),
+                last_used=utc(r["last_used"]),
+            )
+            for r in rows
+        ]
+
+    async def revoke_token(self, principal_id: str, token_hash: str, at: datetime) -> int:
+        params = {"_principal": principal_id, "_hash": token_hash, "_at": at}
+        return (await self.run(q.REVOKE_TOKEN, params)).rowcount
+
+    async def touch_token(self, token_hash: str, at: datetime) -> None:
+        await self.run(q.TOUCH_TOKEN, {"_hash": token_hash, "_at": at})
 
     # -- mail -------------------------------------------------------------------------------
     def deliver_to_inbox(self, msg: Message, placed: Callable[[Message], None]) -> None:

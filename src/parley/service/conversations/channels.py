@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from parley.core import consent
+from parley.core import consent, names
 from parley.core import discussion as d
 from parley.core.channels import (
     CREATED_KINDS,
@@ -18,7 +18,7 @@ from parley.core.channels import (
     refuse_meeting_channel,
 )
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from parley.core.identity import Principal
+from parley.core.identity import OPERATOR_ID, Principal
 from parley.core.ids import new_ulid
 from parley.core.limits import StorableText, check_text
 from parley.core.ports import Page, Tx
@@ -92,6 +92,56 @@ class Channels(Transcripts):
                 max_bytes=self.ctx.settings.page_max_bytes,
             )
 
+    # -- names ----------------------------------------------------------------------------------
+    async def resolve(self, caller: Principal, ref: str) -> str | None:
+        """The id of the channel ``ref`` addresses for the caller: its id, its name, or the
+        start of its id, among the channels the caller sees; refused when several fit."""
+        ref = ref.strip()
+        async with self.ctx.store.read() as tx:
+            if await tx.get("channels", ref) is not None:
+                return ref
+            c = tx.table("channels").c
+            kept = c.status != "deleted"
+            named = await tx.select("channels", kept, c.name == ref, order_by=[c.id], limit=50)
+            prefixed: list[Channel] = []
+            if len(ref) >= names.MIN_PREFIX:
+                key = names.id_key(ref)
+                starts = c.id.startswith(ref, autoescape=True) | c.id.startswith(
+                    key, autoescape=True
+                )
+                prefixed = await tx.select("channels", kept, starts, order_by=[c.id], limit=50)
+            seen = [await self._named(tx, caller, ch.id) for ch in named]
+            seen_prefixed = [await self._named(tx, caller, ch.id) for ch in prefixed]
+        return names.choose(
+            ref,
+            "channel",
+            [n for n in seen if n is not None],
+            [n for n in seen_prefixed if n is not None],
+        )
+
+    async def _named(self, tx: Tx, caller: Principal, channel_id: str) -> names.Named | None:
+        channel = await tx.get_channel(channel_id)
+        if channel is None or not self.can_see(caller, channel):
+            return None
+        return names.Named(channel.id, channel.name, live=channel.status == "active")
+
+    async def check_name_free(self, tx: Tx, name: str) -> None:
+        """Refuse a name an open group, direct or discussion channel already has: names address
+        channels, so each names one. Channels the hub names (work, meeting) are not counted,
+        and a deleted or closed channel gives its name back. Held under the operator's row
+        lock, so two hubs cannot both take one name."""
+        await tx.get("principals", OPERATOR_ID, for_update=True)
+        c = tx.table("channels").c
+        taken = await tx.select(
+            "channels",
+            c.name == name,
+            c.status == "active",
+            c.kind.in_(CREATED_KINDS),
+            limit=1,
+        )
+        if taken:
+            raise names.name_taken(name, "channel", taken[0].id)
+
     async def _check_members(self, tx: Tx, members: list[str]) -> list[str]:
         members = d.snapshot_members(m.strip() for m in members)
         for member in members:
@@ -151,6 +201,7 @@ class Channels(Transcripts):
             await self.check_limit(tx, caller)
             members = await self._check_members(tx, [caller.id, *spec.members])
             await self.check_consent(tx, caller, members)
+            await self.check_name_free(tx, spec.name)
             channel = Channel(
                 id=new_ulid(),
                 name=spec.name,

@@ -134,6 +134,7 @@ class Discussions:
             session = await self.channels.session(tx, caller, origin.id)
             all_members = await self.channels._check_members(tx, [caller.id, *members])
             await self.channels.check_consent(tx, caller, all_members)
+            await self.channels.check_name_free(tx, name)
             now = self.ctx.clock.now()
             channel_id = new_ulid()
             metadata = {

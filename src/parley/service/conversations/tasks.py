@@ -141,6 +141,8 @@ class TaskRunner(TaskLoop):
                 continue
             if channel.kind == "work" and agent.id != channel.owner_agent_id:
                 continue
+            if not agent.takes_turns:
+                continue  # disabled or archived: what it was sent waits for it
             if agent.runtime_kind == "none":
                 if channel.kind == "work":
                     await self._notify_idle_agent(tx, agent, trigger)

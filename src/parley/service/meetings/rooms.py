@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from parley.core import meetings as mt
+from parley.core import names
 from parley.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from parley.core.identity import Principal
+from parley.core.identity import OPERATOR_ID, Principal
 from parley.core.ids import new_id
 from parley.core.limits import StorableText, check_text
 from parley.core.ports import Page, Tx
@@ -21,6 +22,8 @@ from parley.core.rooms import MEETING_STATES, Brief, MemberState, Room, RoomConf
 from parley.service.context import ServiceContext
 from parley.service.conversations.channels import Channels
 from parley.service.identity import Identity
+
+ROOM_ID_PREFIX = "room-"
 
 
 class RoomSpec(BaseModel):
@@ -94,7 +97,7 @@ class Rooms:
                 code="operator_only",
             )
         room = Room(
-            id=new_id("room-"),
+            id=new_id(ROOM_ID_PREFIX),
             name=spec.name,
             created_by=caller.id,
             created=self.ctx.clock.now(),
@@ -103,6 +106,12 @@ class Rooms:
 
         async def job(tx: Tx) -> Room:
             await self._check_limit(tx, caller)
+            # Under the operator's row lock, so two hubs cannot both take one name.
+            await tx.get("principals", OPERATOR_ID, for_update=True)
+            r = tx.table("rooms").c
+            taken = await tx.select("rooms", r.name == room.name, limit=1)
+            if taken:
+                raise names.name_taken(room.name, "room", taken[0].id)
             tx.insert("rooms", room)
             self.ctx.events.record(
                 tx,
@@ -150,6 +159,40 @@ class Rooms:
             if member is None or member.room_id != room_id:
                 raise not_a_member(caller.id, room_id, "see it")
         return room
+
+    async def resolve(self, caller: Principal, ref: str) -> str | None:
+        """The id of the room ``ref`` addresses for the caller: its id, its name, or the start
+        of its id (``room-`` may be left out), among the rooms the caller sees; refused when
+        several fit."""
+        ref = ref.strip()
+        async with self.ctx.store.read() as tx:
+            if await tx.get("rooms", ref) is not None:
+                return ref
+            r = tx.table("rooms").c
+            named: list[Room] = await tx.select("rooms", r.name == ref, order_by=[r.id], limit=50)
+            prefixed: list[Room] = []
+            if len(ref) >= names.MIN_PREFIX:
+                key = names.id_key(ref, ROOM_ID_PREFIX)
+                starts = r.id.startswith(ref, autoescape=True) | r.id.startswith(
+                    key, autoescape=True
+                )
+                prefixed = await tx.select("rooms", starts, order_by=[r.id], limit=50)
+            visible = {
+                room.id for room in [*named, *prefixed] if await self._sees(tx, caller, room)
+            }
+        return names.choose(
+            ref,
+            "room",
+            [names.Named(x.id, x.name) for x in named if x.id in visible],
+            [names.Named(x.id, x.name) for x in prefixed if x.id in visible],
+        )
+
+    async def _sees(self, tx: Tx, caller: Principal, room: Room) -> bool:
+        """Whether the caller sees the room at all (as ``get`` decides)."""
+        if caller.kind != "agent" or room.created_by == caller.id:
+            return True
+        member: RoomMember | None = await tx.get("room_members", caller.id)
+        return member is not None and member.room_id == room.id
 
     async def get(self, caller: Principal, room_id: str) -> Room:
         """A room itself: an agent sees its own room and the rooms it created (to delete what

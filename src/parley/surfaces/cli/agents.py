@@ -1,4 +1,4 @@
-"""``parley agent …`` (``agent connect`` included), ``parley token issue``, ``parley whoami``."""
+"""``parley agent …`` (``agent connect`` included) and ``parley whoami``."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from parley.surfaces.cli.output import (
 )
 
 agent_app = typer.Typer(help="Create and inspect agents.", no_args_is_help=True)
-token_app = typer.Typer(help="Issue bearer tokens.", no_args_is_help=True)
 
 AcceptFrom = Annotated[
     list[str] | None,
@@ -65,7 +64,7 @@ def render_agent(agent: dict[str, Any]) -> None:
             ("runtime config", {k: v for k, v in runtime.items() if k != "kind"}),
             ("workspace", agent.get("workspace")),
             ("work channel", agent.get("work_channel_id")),
-            ("active", "yes" if agent.get("active") else "no"),
+            ("state", agent.get("state")),
             ("created", when(agent.get("created"))),
             ("persona", agent.get("persona")),
         ],
@@ -123,21 +122,25 @@ def add(
 
 
 @agent_app.command("list")
-def list_agents(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """All agents."""
-    agents = client(ctx).get("/v1/agents")
+def list_agents(
+    ctx: typer.Context,
+    archived: Annotated[bool, typer.Option("--archived", help="Include archived agents.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """All agents (archived ones only with --archived)."""
+    agents = client(ctx).get("/v1/agents", **({"archived": "true"} if archived else {}))
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
             "agents",
-            ["id", "name", "runtime", "workspace", "active", "created"],
+            ["id", "name", "runtime", "workspace", "state", "created"],
             [
                 (
                     a["id"],
                     a.get("display_name"),
                     (a.get("runtime") or {}).get("kind", "none"),
                     a.get("workspace") or "",
-                    "yes" if a.get("active") else "no",
+                    a.get("state", ""),
                     when_short(a.get("created")),
                 )
                 for a in rows
@@ -190,29 +193,6 @@ def consent(
     emit(ctx, as_json, data, render)
 
 
-@token_app.command("issue")
-def issue(
-    ctx: typer.Context,
-    principal: Annotated[str, typer.Argument(help="Agent or human id.")],
-    rotate: Annotated[bool, typer.Option(help="Revoke the principal's previous tokens.")] = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Issue a new token for an agent or human (operator). Shown once."""
-    issued = client(ctx).post(f"/v1/principals/{principal}/tokens", {"rotate": rotate})
-
-    def render(data: dict[str, Any]) -> None:
-        note = "Previous tokens are revoked." if rotate else "Previous tokens stay valid."
-        console.print(
-            Panel(
-                f"[bold]{data['token']}[/bold]\n\nShown only once. {note}",
-                title=f"token for {data['principal_id']}",
-                border_style="yellow",
-            ),
-        )
-
-    emit(ctx, as_json, issued, render)
-
-
 def whoami(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Who the configured token belongs to, and which hub answered."""
     me = client(ctx).get("/v1/whoami")
@@ -240,7 +220,9 @@ def connect(
     token: Annotated[
         str | None,
         typer.Option(
-            "--token", help="The agent's token (default: issue a fresh one, as the operator)."
+            "--token",
+            help="Reuse this token of the agent (default: issue a new one labelled "
+            "'connect:<client>', as the operator).",
         ),
     ] = None,
     profile: Annotated[
@@ -250,8 +232,9 @@ def connect(
 ) -> None:
     """Print the exact MCP configuration for an agent's client: the hub URL and its token.
 
-    Without --token the operator issues a fresh token for the agent (its earlier tokens stay
-    valid); with --token that token is checked against the hub and used as it is."""
+    Without --token every run issues a new token for the agent, labelled 'connect:<client>'
+    (its earlier tokens stay valid; 'parley token list' shows them, 'parley token revoke' ends
+    one); with --token that token is checked against the hub and reused as it is."""
     if client_kind not in connection.CLIENTS:
         raise typer.BadParameter(
             f"{client_kind!r} is not one of {', '.join(connection.CLIENTS)}", param_hint="--client"
@@ -262,9 +245,13 @@ def connect(
         )
     config = state(ctx).config()
     fresh = token is None
+    token_id = token_label = None
     if token is None:
-        issued = client(ctx).post(f"/v1/principals/{agent_id}/tokens", {"rotate": False})
+        # Labelled by client, so that 'parley token list' tells the tokens of each apart.
+        body = {"rotate": False, "label": f"connect:{client_kind}"}
+        issued = client(ctx).post(f"/v1/principals/{agent_id}/tokens", body)
         token = str(issued["token"])
+        token_id, token_label = str(issued["id"]), str(issued["label"])
     else:
         with HubClient(dataclasses.replace(config, token=token, token_source="--token")) as hub:
             owner = hub.get("/v1/whoami")["id"]
@@ -280,8 +267,101 @@ def connect(
         token=token,
         profile=profile,
         token_issued=fresh,
+        token_id=token_id,
+        token_label=token_label,
     )
     if wants_json(ctx, as_json):
         print_json(connection.as_json(client_kind, conn))
     else:
         sys.stdout.write(connection.render(client_kind, conn))
+
+
+@agent_app.command("update")
+def update(
+    ctx: typer.Context,
+    agent_id: Annotated[str, typer.Argument(metavar="ID")],
+    name: Annotated[str | None, typer.Option(help="New display name.")] = None,
+    workspace: Annotated[
+        Path | None, typer.Option(help="New workspace directory (may not overlap another's).")
+    ] = None,
+    persona: Annotated[str | None, typer.Option(help="New persona / system prompt.")] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(help=f"New runtime kind: {', '.join(RUNTIME_KINDS)}."),
+    ] = None,
+    runtime_json: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime-json",
+            help="New runtime settings as JSON; they replace the old ones (the kind stays "
+            "unless --runtime changes it).",
+        ),
+    ] = None,
+    accept_channels_from: AcceptFrom = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change an agent's name, persona, runtime, workspace or consent (operator).
+
+    Checked as at its creation; its next turn uses the new settings. What is not given stays
+    as it is."""
+    hub = client(ctx)
+    body: dict[str, Any] = {}
+    if name is not None:
+        body["display_name"] = name
+    if workspace is not None:
+        body["workspace"] = str(workspace.expanduser().resolve())
+    if persona is not None:
+        body["persona"] = persona
+    runtime_block = runtime_config(runtime, runtime_json)
+    if runtime_block is not None:
+        if "kind" not in runtime_block:
+            current = hub.get(f"/v1/agents/{agent_id}")
+            runtime_block["kind"] = (current.get("runtime") or {}).get("kind", "none")
+        body["runtime"] = runtime_block
+    if accept_channels_from:
+        body["accepts_channels_from"] = accept_channels_from
+    if not body:
+        raise typer.BadParameter(
+            "give at least one of --name, --workspace, --persona, --runtime, --runtime-json, "
+            "--accept-channels-from"
+        )
+    emit(ctx, as_json, hub.patch(f"/v1/agents/{agent_id}", body), render_agent)
+
+
+def _lifecycle(ctx: typer.Context, agent_id: str, action: str, as_json: bool, done: str) -> None:
+    changed = client(ctx).post(f"/v1/agents/{agent_id}/{action}", {})
+
+    def render(agent: dict[str, Any]) -> None:
+        console.print(Text(f"agent {agent['id']} {done}"))
+
+    emit(ctx, as_json, changed, render)
+
+
+AgentId = Annotated[str, typer.Argument(metavar="ID")]
+
+
+@agent_app.command("disable")
+def disable(ctx: typer.Context, agent_id: AgentId, as_json: JsonFlag = False) -> None:
+    """Give an agent no turns until it is enabled (operator); its mail waits for it."""
+    _lifecycle(ctx, agent_id, "disable", as_json, "is disabled: no turns; its mail waits")
+
+
+@agent_app.command("enable")
+def enable(ctx: typer.Context, agent_id: AgentId, as_json: JsonFlag = False) -> None:
+    """Give a disabled agent turns again (operator)."""
+    _lifecycle(ctx, agent_id, "enable", as_json, "is enabled")
+
+
+@agent_app.command("archive")
+def archive(ctx: typer.Context, agent_id: AgentId, as_json: JsonFlag = False) -> None:
+    """Retire an agent for good (operator); its records are kept.
+
+    Its tokens are revoked, it leaves its room and is listed nowhere. Its mail, transcripts and
+    events are kept, and its id is never reused, so that they keep meaning this agent."""
+    _lifecycle(
+        ctx,
+        agent_id,
+        "archive",
+        as_json,
+        "is archived: tokens revoked, gone from lists and rooms; its records are kept",
+    )

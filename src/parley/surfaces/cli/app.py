@@ -20,12 +20,14 @@ from parley.surfaces.cli import (
     discuss,
     events,
     extras,
+    humans,
     mail,
     mailroom,
     rooms,
     serve,
     status,
     usage,
+    tokens,
     workers,
 )
 from parley.surfaces.cli.client import CliFailure
@@ -199,7 +201,8 @@ app.command("events")(events.events)
 app.command("demo")(extras.demo)
 app.command("mcp")(extras.mcp)
 app.add_typer(agents.agent_app, name="agent")
-app.add_typer(agents.token_app, name="token")
+app.add_typer(humans.human_app, name="human")
+app.add_typer(tokens.token_app, name="token")
 app.add_typer(mail.mail_app, name="mail")
 app.add_typer(mailroom.mailroom_app, name="mailroom")
 app.add_typer(channels.channel_app, name="channel")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from parley.core.names import short_ids
 from parley.surfaces.cli.output import (
     JsonFlag,
     client,
@@ -28,7 +29,12 @@ invitation_app = typer.Typer(
     help="Invitations into channels: an agent joins only when it accepts.", no_args_is_help=True
 )
 
-ChannelId = Annotated[str, typer.Argument(metavar="CHANNEL_ID")]
+ChannelId = Annotated[
+    str,
+    typer.Argument(
+        metavar="CHANNEL_ID", help="The channel: its name, its id, or the start of its id."
+    ),
+]
 TaskId = Annotated[str, typer.Argument(metavar="TASK_ID")]
 Members = Annotated[list[str] | None, typer.Option("--member", help="A member (repeatable).")]
 Latest = Annotated[int, typer.Option(help="How many earlier messages to show first.", min=0)]
@@ -54,9 +60,11 @@ def render_channel(c: dict[str, Any]) -> None:
 
 
 def channel_rows(channels: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    # Short ids: each is enough to address its channel (as is its name).
+    short = short_ids(c["id"] for c in channels)
     return [
         (
-            c["id"],
+            short[c["id"]],
             c.get("name"),
             c.get("kind"),
             c.get("status"),

@@ -33,6 +33,9 @@ class Connection:
     token: str
     profile: str = "default"
     token_issued: bool = False
+    # The issued token's public id and label (``connect:<client>``), to find and revoke it.
+    token_id: str | None = None
+    token_label: str | None = None
 
     @property
     def mcp_url(self) -> str:
@@ -140,6 +143,8 @@ def as_json(client: str, c: Connection) -> dict[str, Any]:
         "profile": c.profile,
         "token": c.token,
         "token_issued": c.token_issued,
+        "token_id": c.token_id,
+        "token_label": c.token_label,
         "snippets": snippets(client, c),
     }
 
@@ -147,8 +152,10 @@ def as_json(client: str, c: Connection) -> dict[str, Any]:
 def token_note(c: Connection) -> str:
     if c.token_issued:
         return (
-            f"# A new token was issued for {c.agent_id!r}; its earlier tokens stay valid "
-            f"(`parley token issue {c.agent_id} --rotate` revokes them)."
+            f"# Each run issues a new token: this one is {c.token_id} labelled "
+            f"{c.token_label!r}, for {c.agent_id!r}; its earlier tokens stay valid.\n"
+            f"# `parley token list {c.agent_id}` lists them, `parley token revoke {c.agent_id} "
+            "<id>` revokes one; --token reuses a token instead of issuing one."
         )
     return f"# Using the token given with --token for {c.agent_id!r}."
 

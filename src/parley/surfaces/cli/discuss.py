@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from parley.core.names import short_ids
 from parley.surfaces.cli.channels import ChannelId, Latest, Members, render_channel, render_posted
 from parley.surfaces.cli.output import (
     JsonFlag,
@@ -288,7 +289,7 @@ def group_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             ["id", "name", "members", "rounds", "messages"],
             [
                 (
-                    g["id"],
+                    short_ids(x["id"] for x in gs)[g["id"]],
                     g.get("name"),
                     ", ".join(g.get("members") or []),
                     g.get("discussion_rounds"),

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from parley.core.names import short_ids
 from parley.surfaces.cli.client import HubClient
 from parley.surfaces.cli.meeting_view import MeetingScreen, names, watch_meeting
 from parley.surfaces.cli.output import (
@@ -31,7 +32,10 @@ room_app = typer.Typer(
     no_args_is_help=True,
 )
 
-RoomId = Annotated[str, typer.Argument(metavar="ROOM_ID")]
+RoomId = Annotated[
+    str,
+    typer.Argument(metavar="ROOM_ID", help="The room: its name, its id, or the start of its id."),
+]
 MeetingId = Annotated[str, typer.Argument(metavar="MEETING_ID")]
 AgentArg = Annotated[
     str | None,
@@ -242,7 +246,7 @@ def list_rooms(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             ["id", "name", "created by", "max rounds", "created"],
             [
                 (
-                    r["id"],
+                    short_ids(x["id"] for x in rs)[r["id"]],
                     r.get("name"),
                     r.get("created_by"),
                     (r.get("config") or {}).get("max_rounds"),

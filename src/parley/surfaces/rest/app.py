@@ -19,6 +19,7 @@ from parley.surfaces.mcp.http import McpEndpoint
 from parley.surfaces.rest import errors
 from parley.surfaces.rest.deps import refuse_unstorable_url
 from parley.surfaces.rest.guard import RequestGuard
+from parley.surfaces.rest.names import NameResolver
 from parley.surfaces.rest.routers import (
     agents,
     bridge,
@@ -127,6 +128,8 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
         app.include_router(module.router)
     # The web UI at /ui (S5), outside the OpenAPI document; its pages call the same services.
     mount_web_ui(app)
+    # Inside the guard (which finds the caller): a channel or room path may name it.
+    app.add_middleware(NameResolver, hub=the_hub)
     # Around every route, /mcp included: authenticate before any body byte is read, bound the
     # body, and end a request whose token is revoked while it is open.
     app.add_middleware(RequestGuard, hub=the_hub)

@@ -11,6 +11,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from parley.core.channels import Task
 from parley.core.identity import Principal
+from parley.core.names import short_ids
 from parley.service.conversations.transcripts import channel_topic
 from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
@@ -49,7 +50,8 @@ async def _channels(hub: Hub, viewer: Principal, after: str | None) -> dict[str,
     """One page of the viewer's channels, and where the next one starts (None: the last)."""
     found = await hub.channels.page(viewer, after=after, limit=CHANNELS_SHOWN)
     following = found.rows[-1].id if found.more and found.rows else None
-    return {"channels": found.rows, "after": after, "following": following}
+    short = short_ids(c.id for c in found.rows)
+    return {"channels": found.rows, "short": short, "after": after, "following": following}
 
 
 @router.get("/channels", response_class=HTMLResponse)

@@ -16,6 +16,7 @@ from parley.core.errors import PermissionDenied
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
+from parley.core.names import short_ids
 from parley.core.rooms import Meeting
 from parley.service.conversations.transcripts import channel_topic
 from parley.service.conversations.turns import turns_topic
@@ -54,7 +55,8 @@ async def _rooms(hub: Hub, viewer: Principal, after: str | None) -> dict[str, An
             waits = meeting_waits(await pending_turns(hub, channel_id=meeting.channel_id))
         rooms.append({"room": room, "members": members, "meeting": meeting, "waits": waits})
     following = found.rows[-1].id if found.more and found.rows else None
-    return {"rooms": rooms, "after": after, "following": following}
+    short = short_ids(r.id for r in found.rows)
+    return {"rooms": rooms, "short": short, "after": after, "following": following}
 
 
 async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any]:
