@@ -26,8 +26,8 @@ from parley.surfaces.cli import (
     rooms,
     serve,
     status,
-    usage,
     tokens,
+    usage,
     workers,
 )
 from parley.surfaces.cli.client import CliFailure
