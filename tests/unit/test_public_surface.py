@@ -155,6 +155,7 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
 
 UI_ROUTES = """
 GET /ui/
+GET /ui/attention/live
 GET /ui/channels
 GET /ui/channels/live
 GET /ui/channels/{channel_id}

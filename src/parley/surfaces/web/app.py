@@ -15,13 +15,22 @@ from fastapi.staticfiles import StaticFiles
 
 from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.rest import errors
-from parley.surfaces.web import channels, meetings, missing, pages, shared, signin, workers
+from parley.surfaces.web import (
+    attention,
+    channels,
+    meetings,
+    missing,
+    pages,
+    shared,
+    signin,
+    workers,
+)
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
 from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, shared, pages, channels, meetings, workers, missing)
+AREAS = (signin, shared, attention, pages, channels, meetings, workers, missing)
 """The UI's modules, each with a ``router`` mounted under ``/ui`` (``missing``, the catch-all
 that answers an unknown page, last)."""
 
