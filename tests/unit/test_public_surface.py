@@ -175,6 +175,7 @@ GET /ui/overview/live
 GET /ui/signin
 GET /ui/signin/link
 GET /ui/tasks/{task_id}/trace
+GET /ui/tasks/{task_id}/turns/{invocation_id}
 GET /ui/workers
 GET /ui/workers/live
 GET /ui/workers/{worker_id}

@@ -274,6 +274,7 @@ class TaskLoop:
             session.runtime_state,
             lambda new: self._save_runtime_state(ctx, kept, new),
         )
+        tools = trace.tools = self.toolbox_for(agent, task.channel_id, session.id)
         turn = Turn(
             invocation_id=invocation_id,
             agent=AgentProfile(
@@ -292,7 +293,7 @@ class TaskLoop:
             trigger_id=task.trigger_id,
             task_id=task.id,
             runtime_state=dict(session.runtime_state),
-            tools=self.toolbox_for(agent, task.channel_id, session.id),
+            tools=tools,
             state_sink=state.report,
         )
         try:
@@ -469,6 +470,10 @@ class TaskLoop:
         }
         if result is not None:
             timings.update({f"runtime_{k}": v for k, v in result.timings.items()})
+        spent = getattr(trace.tools, "spent_ms", None)
+        if isinstance(spent, float) and spent > 0:
+            # Part of the provider wait: the hub ran the model's tool calls meanwhile.
+            timings["tool_calls_ms"] = spent
         timings.update(trace.facts)
         tx.after_commit(
             lambda: self.ctx.metrics.turn_recorded(
@@ -579,6 +584,7 @@ class _TraceBase:
     t1: float
     ready_at: float
     route: str = ""
+    tools: ToolBox | None = None
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
 

@@ -23,6 +23,7 @@ from parley.surfaces.web import (
     pages,
     shared,
     signin,
+    turns,
     workers,
 )
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
@@ -30,7 +31,7 @@ from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, shared, attention, pages, channels, meetings, workers, missing)
+AREAS = (signin, shared, attention, pages, channels, turns, meetings, workers, missing)
 """The UI's modules, each with a ``router`` mounted under ``/ui`` (``missing``, the catch-all
 that answers an unknown page, last)."""
 

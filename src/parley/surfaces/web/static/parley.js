@@ -129,7 +129,11 @@
   }
 
   function subscribe() {
-    hub.send({type: "subscribe", tab: tab, urls: Object.keys(roots)});
+    var urls = Object.keys(roots);
+    var shared = urls.filter(function (url) {
+      return roots[url].some(function (root) { return root.hasAttribute("data-shared"); });
+    });
+    hub.send({type: "subscribe", tab: tab, urls: urls, shared: shared});
   }
 
   // What the reader typed into a panel's forms, and where the focus was, survive the panel
