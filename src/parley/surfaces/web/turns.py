@@ -22,10 +22,14 @@ router = APIRouter()
 WINDOW_MAX = 500
 
 
-async def _messages(hub: Hub, inv: Invocation) -> tuple[list[ChannelMessage], ChannelMessage | None]:
+async def _messages(
+    hub: Hub, inv: Invocation
+) -> tuple[list[ChannelMessage], ChannelMessage | None]:
     async with hub.store.read() as tx:
         cm = tx.table("channel_messages").c
-        first = await tx.get("channel_messages", inv.prompt_first_id) if inv.prompt_first_id else None
+        first = (
+            await tx.get("channel_messages", inv.prompt_first_id) if inv.prompt_first_id else None
+        )
         last = await tx.get("channel_messages", inv.prompt_last_id) if inv.prompt_last_id else None
         window: list[ChannelMessage] = []
         if first is not None and last is not None:
@@ -51,7 +55,9 @@ async def turn(
 ) -> HTMLResponse:
     hub = hub_of(request)
     task = await hub.tasks.get(viewer.principal, task_id)  # the channel's visibility rules
-    found = [i for i in await hub.tasks.invocations(viewer.principal, task_id) if i.id == invocation_id]
+    found = [
+        i for i in await hub.tasks.invocations(viewer.principal, task_id) if i.id == invocation_id
+    ]
     if not found:
         raise NotFound(f"task {task_id} has no turn {invocation_id}")
     inv = found[0]
