@@ -171,6 +171,7 @@ GET /ui/meetings/live
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
 GET /ui/meetings/{meeting_id}/older
+GET /ui/new
 GET /ui/overview/live
 GET /ui/signin
 GET /ui/signin/link
@@ -182,11 +183,15 @@ GET /ui/workers/{worker_id}
 GET /ui/workers/{worker_id}/live
 GET /ui/live
 GET /ui/{rest:path}
+POST /ui/agents/create
 POST /ui/channels/{channel_id}/close
 POST /ui/channels/{channel_id}/post
+POST /ui/groups/create
+POST /ui/mail/send
 POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
+POST /ui/rooms/create
 POST /ui/signin
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel

@@ -18,6 +18,7 @@ from parley.surfaces.rest import errors
 from parley.surfaces.web import (
     attention,
     channels,
+    create,
     meetings,
     missing,
     pages,
@@ -31,7 +32,18 @@ from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, shared, attention, pages, channels, turns, meetings, workers, missing)
+AREAS = (
+    signin,
+    shared,
+    attention,
+    pages,
+    channels,
+    turns,
+    meetings,
+    workers,
+    create,
+    missing,
+)
 """The UI's modules, each with a ``router`` mounted under ``/ui`` (``missing``, the catch-all
 that answers an unknown page, last)."""
 
