@@ -8,8 +8,12 @@ from playwright.async_api import expect
 
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
+from parley.core.ports import Tx
 from parley.service.identity import HumanSpec
+from parley.service.workers.records import StartSpec
+from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
+from tests.integration.test_workers import scripted
 from tests.web.conftest import Browsing, sign_in, went_live
 
 # Records each notification instead of showing it (the page's own Notification is replaced
@@ -84,3 +88,37 @@ async def test_a_blocker_raises_the_badge_live_and_a_notification_once_allowed(
     await expect(ines_page.locator("#needs-list")).to_contain_text("Nothing needs you")
     await as_hana.close()
     await as_ines.close()
+
+
+async def test_an_interrupted_worker_needs_the_operator_not_another_human(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await scripted(make_agent, runtimes, "coder")
+    hana = await hub.identity.create_human(operator, HumanSpec(id="hana"))
+    page = await ui.signed_in()
+    await went_live(page)
+    await expect(page.locator("#needs .badge")).to_have_text("0")
+
+    worker = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="fix the build"))
+    await hub.tasks.wait_idle()
+
+    async def interrupt(tx: Tx) -> None:
+        # What the hub does to an idle orphan: it waits for a person to review and resume it.
+        row = await tx.get("workers", worker.id)
+        await hub.workers.move(tx, row, "interrupted", actor="system", reason="orphaned")
+
+    await hub.store.write(interrupt)
+    listed = page.locator("#needs-list li")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text("worker waits for a resume")
+    await expect(page.locator("#needs .badge")).to_have_text("1")
+    await listed.get_by_role("link", name="coder").click()
+    await expect(page.locator("#worker-state")).to_have_text("interrupted")
+
+    as_hana = await ui.context.browser.new_context()  # type: ignore[union-attr]
+    hana_page = await as_hana.new_page()
+    await sign_in(hana_page, ui.url, hana.token)
+    await went_live(hana_page)
+    await expect(hana_page.locator("#needs .badge")).to_have_text("0")
+    await as_hana.close()
