@@ -12,6 +12,7 @@ from playwright.async_api import expect
 
 from parley.core.clock import SystemClock
 from parley.core.identity import Principal
+from parley.service.conversations.channels import ChannelSpec
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.model_server import FakeCall, FakeReply
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -113,3 +114,34 @@ async def test_the_trace_shows_each_turn_on_a_time_axis_and_opens_its_prompt_and
             await expect(main).to_contain_text("Refused")
         await expect(main).not_to_contain_text("hunter2xyz")
         await context.close()
+
+
+async def test_an_agent_in_the_channel_is_refused_another_agents_turn(
+    ui: Browsing,
+    operator: Principal,
+    make_agent: MakeAgent,
+    model: FakeOpenAIServer,
+    tmp_path: Path,
+) -> None:
+    hub = ui.hub
+    await _openai_agent(make_agent, "alice", model, tmp_path)
+    bob = await make_agent("bob", runtime={"kind": "none"})
+    model.script(FakeReply(text="alice: my view"), FakeReply(text="alice: still my view"))
+    crew = await hub.channels.create(operator, ChannelSpec(name="crew", members=["alice", "bob"]))
+    posted = await hub.channels.post(operator, crew.id, "What do you think?")
+    assert posted.task_id is not None
+    await hub.tasks.wait_idle()
+    turns = await hub.tasks.invocations(operator, posted.task_id)
+    turn = next(t for t in turns if t.agent_id == "alice")
+
+    page = await ui.context.new_page()
+    await sign_in(page, ui.url, bob.token)
+    # bob reads the channel, and so the trace, but not what alice's turn was given and said.
+    await page.goto(f"{ui.url}/ui/tasks/{posted.task_id}/trace")
+    await expect(page.locator("#timeline li.turn", has_text="alice").first).to_be_visible()
+    await expect(
+        page.get_by_role("link", name="Prompt and response of alice, round 1")
+    ).to_have_count(0)
+    await page.goto(f"{ui.url}/ui/tasks/{posted.task_id}/turns/{turn.id}")
+    await expect(page.locator("main")).to_contain_text("Refused (forbidden)")
+    await expect(page.locator("main")).to_contain_text("only its own turns")
