@@ -16,7 +16,7 @@ from parley.service.conversations.channels import ChannelSpec
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.model_server import FakeCall, FakeReply
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.web.conftest import Browsing, sign_in
+from tests.web.conftest import Browsing, shoot, sign_in
 
 
 @pytest.fixture
@@ -92,6 +92,7 @@ async def test_the_trace_shows_each_turn_on_a_time_axis_and_opens_its_prompt_and
     # Drawn on the axis: one rectangle per timed part, the provider wait among them.
     await expect(bar.locator("svg rect.provider")).to_have_count(1)
     await expect(bar.locator("svg rect.tools")).to_have_count(1)
+    await shoot(page, ui.screenshots, "timeline")
 
     await bar.get_by_role("link", name="Prompt and response of alice, round 1").click()
     await expect(page.get_by_role("heading", name="Turn of alice")).to_be_visible()

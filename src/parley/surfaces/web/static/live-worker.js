@@ -38,9 +38,13 @@ function ParleyLiveHub(endpoint) {
       if (message.e === "_open" || message.e === "_notlive") {
         delete latest[route.url][message.e === "_open" ? "_notlive" : "_open"];
       }
+      // One page of the browser leads (the first open): it alone acts once for all, as in
+      // raising a notification.
+      var lead = true;
       Object.keys(tabs).forEach(function (id) {
         if (tabs[id].urls.indexOf(route.url) >= 0) {
-          tabs[id].post(message);
+          tabs[id].post(Object.assign({}, message, {lead: lead}));
+          lead = false;
         }
       });
       return;
@@ -55,7 +59,9 @@ function ParleyLiveHub(endpoint) {
     // A page that opens while a shared stream is carried gets what it last said.
     tabs[tab].shared.forEach(function (url) {
       var last = latest[url] || {};
-      Object.keys(last).forEach(function (e) { tabs[tab].post(last[e]); });
+      Object.keys(last).forEach(function (e) {
+        tabs[tab].post(Object.assign({}, last[e], {lead: false}));
+      });
     });
   }
 

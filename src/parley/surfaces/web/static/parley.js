@@ -102,7 +102,7 @@
       swapInto(root, m.e, m.d);
     });
     refold();
-    if (m.e === "needs") {
+    if (m.e === "needs" && m.lead) {
       Needs.changed();
     }
     var closing = list.some(function (root) { return root.getAttribute("sse-close") === m.e; });
@@ -301,7 +301,8 @@
   });
 
   // Needs you: the badge is drawn live; with the person's leave (asked for by the button, never
-  // on load) each new thing raises one browser notification, whichever tab of theirs is open.
+  // on load) each new thing raises one browser notification, from the one page of the browser
+  // that leads the shared stream (what it notified is remembered for the next page to lead).
   var Needs = {
     SEEN: "parley-needs-notified",
     items: function () {
