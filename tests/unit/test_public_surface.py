@@ -171,6 +171,7 @@ GET /ui/meetings/live
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
 GET /ui/meetings/{meeting_id}/older
+GET /ui/meetings/{meeting_id}/timeline
 GET /ui/new
 GET /ui/overview/live
 GET /ui/signin

@@ -13,9 +13,12 @@ from playwright.async_api import expect
 from parley.core.clock import SystemClock
 from parley.core.identity import Principal
 from parley.service.conversations.channels import ChannelSpec
+from parley.service.meetings.meetings import ConveneSpec
+from parley.testing import StaticRuntimes
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.model_server import FakeCall, FakeReply
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.meeting_support import members, room_with
 from tests.web.conftest import Browsing, shoot, sign_in
 
 
@@ -146,3 +149,29 @@ async def test_an_agent_in_the_channel_is_refused_another_agents_turn(
     await page.goto(f"{ui.url}/ui/tasks/{posted.task_id}/turns/{turn.id}")
     await expect(page.locator("main")).to_contain_text("Refused (forbidden)")
     await expect(page.locator("main")).to_contain_text("only its own turns")
+
+
+async def test_a_meetings_speeches_on_its_time_axis(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await members(make_agent, runtimes, ["ada", "bob"])
+    room = await room_with(hub, operator, ["ada", "bob"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="Release plan"))
+    await hub.meetings.wait_idle()
+    await hub.tasks.wait_idle()
+    speeches = await hub.meetings.speeches(operator, meeting.id)
+    assert {s.agent_id for s in speeches} == {"ada", "bob"}
+    assert all(s.timings and "provider_wait_ms" in s.timings for s in speeches)
+
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/meetings/{meeting.id}")
+    await page.get_by_role("link", name="Turn timeline of this meeting").click()
+    bars = page.locator("#timeline li.turn")
+    await expect(bars).to_have_count(len(speeches))
+    for speech in speeches:
+        assert speech.timings is not None
+        bar = bars.filter(has_text=speech.agent_id)
+        wait = speech.timings["provider_wait_ms"]
+        await expect(bar.locator(".parts")).to_contain_text(f"provider wait {wait:.1f} ms")
+        await expect(bar.locator("svg rect.provider")).to_have_count(1)

@@ -6,10 +6,21 @@ Content-Security-Policy allows no inline style)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
-from parley.core.channels import Invocation
+
+class Timed(Protocol):
+    """A recorded turn: a task's invocation or a meeting's speech."""
+
+    @property
+    def created(self) -> datetime: ...
+
+    @property
+    def timings(self) -> dict[str, float] | None: ...
+
 
 PARTS = (
     ("queue", "queue"),
@@ -32,12 +43,13 @@ class Part:
 
 @dataclass(frozen=True)
 class Bar:
-    invocation: Invocation
+    invocation: Timed
     total_ms: float
     parts: list[Part]
 
 
-def _parts_ms(timings: dict[str, float]) -> dict[str, float]:
+def _parts_ms(timings: dict[str, float] | None) -> dict[str, float]:
+    timings = timings or {}
     tools = max(0.0, timings.get("tool_calls_ms", 0.0))
     provider = max(0.0, timings.get("provider_wait_ms", 0.0))
     return {
@@ -49,7 +61,7 @@ def _parts_ms(timings: dict[str, float]) -> dict[str, float]:
     }
 
 
-def bars(invocations: list[Invocation]) -> tuple[list[Bar], float]:
+def bars(invocations: Sequence[Timed]) -> tuple[list[Bar], float]:
     """One bar per invocation on a shared axis, and the axis's length in ms. An invocation is
     recorded when it commits: it started its total before that."""
     spans = []
