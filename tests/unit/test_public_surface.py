@@ -168,6 +168,7 @@ def test_rest_routes_are_pinned(tmp_path: Path) -> None:
 
 UI_ROUTES = """
 GET /ui/
+GET /ui/attention/live
 GET /ui/channels
 GET /ui/channels/live
 GET /ui/channels/{channel_id}
@@ -183,11 +184,14 @@ GET /ui/meetings/live
 GET /ui/meetings/{meeting_id}
 GET /ui/meetings/{meeting_id}/live
 GET /ui/meetings/{meeting_id}/older
+GET /ui/meetings/{meeting_id}/timeline
+GET /ui/new
 GET /ui/overview/live
 GET /ui/signin
 GET /ui/search
 GET /ui/signin/link
 GET /ui/tasks/{task_id}/trace
+GET /ui/tasks/{task_id}/turns/{invocation_id}
 GET /ui/usage
 GET /ui/workers
 GET /ui/workers/live
@@ -195,11 +199,15 @@ GET /ui/workers/{worker_id}
 GET /ui/workers/{worker_id}/live
 GET /ui/live
 GET /ui/{rest:path}
+POST /ui/agents/create
 POST /ui/channels/{channel_id}/close
 POST /ui/channels/{channel_id}/post
+POST /ui/groups/create
+POST /ui/mail/send
 POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
+POST /ui/rooms/create
 POST /ui/signin
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel

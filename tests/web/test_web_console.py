@@ -82,7 +82,8 @@ async def test_six_tabs_of_one_browser_are_live_at_once_over_one_connection(
     shared = ui.served.app.state.web_shared
 
     async def one_stream_of_six() -> bool:
-        return [len(relays) for relays in shared.values()] == [6]
+        # ... and the navigation's badge, carried once for all six.
+        return [len(relays) for relays in shared.values()] == [7]
 
     await eventually(one_stream_of_six, "one shared stream carrying six page streams")
     await ui.hub.channels.post(operator, channel_id, "to every tab")

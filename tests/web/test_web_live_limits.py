@@ -16,7 +16,9 @@ RECONNECT_WAIT_MS = 30_000
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"ui_live_streams_per_session": 1})
+    # Two: a page's own stream and the navigation's badge, which every page of the browser
+    # shares (one stream for all of them).
+    return settings.model_copy(update={"ui_live_streams_per_session": 2})
 
 
 async def test_a_page_over_the_live_stream_bound_is_shown_not_live_and_recovers(
@@ -30,8 +32,8 @@ async def test_a_page_over_the_live_stream_bound_is_shown_not_live_and_recovers(
     # A second live page of the same session: its stream is refused (the first keeps its own).
     other = await context.new_page()
     await other.goto(f"{served.url}/ui/channels")
-    await expect(other.locator("[sse-connect]")).to_have_attribute("data-live", "not-live")
-    await expect(live_page.locator("[sse-connect]")).to_have_attribute("data-live", "open")
+    await expect(other.locator("main [sse-connect]")).to_have_attribute("data-live", "not-live")
+    await expect(live_page.locator("main [sse-connect]")).to_have_attribute("data-live", "open")
     await expect(other.get_by_role("heading", name="Channels")).to_be_visible()
     note = other.get_by_role("status").filter(has_text="Not live")
     await expect(note).to_be_visible()

@@ -134,6 +134,9 @@ class Speech(BaseModel):
     message_id: str | None = None
     reason: str | None = None
     created: datetime
+    # How long the speech waited on its runtime (``provider_wait_ms``) and took to commit
+    # (``persist_ms``); None for speeches recorded before the hub timed them.
+    timings: dict[str, float] | None = None
 
 
 class Minutes(BaseModel):

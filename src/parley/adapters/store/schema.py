@@ -328,6 +328,7 @@ speeches = Table(
     Column("message_id", String(64)),
     Column("reason", Text),
     Column("created", TS, nullable=False),
+    Column("timings", JSON),
     Index("ix_speeches_meeting", "meeting_id"),
 )
 

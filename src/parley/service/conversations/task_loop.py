@@ -326,6 +326,7 @@ class TaskLoop:
     ) -> TurnOutcome:
         task = live.task
         clock = self.ctx.clock
+        tools = trace.tools = self.toolbox_for(agent, task.channel_id, session.id)
         turn = Turn(
             invocation_id=trace.invocation_id,
             agent=AgentProfile(
@@ -344,7 +345,7 @@ class TaskLoop:
             trigger_id=task.trigger_id,
             task_id=task.id,
             runtime_state=dict(session.runtime_state),
-            tools=self.toolbox_for(agent, task.channel_id, session.id),
+            tools=tools,
             state_sink=state.report,
             hub=access,
             # A command agent's CLI may take input while its turn runs (Claude Code does).
@@ -545,6 +546,10 @@ class TaskLoop:
         }
         if result is not None:
             timings.update({f"runtime_{k}": v for k, v in result.timings.items()})
+        spent = getattr(trace.tools, "spent_ms", None)
+        if isinstance(spent, float) and spent > 0:
+            # Part of the provider wait: the hub ran the model's tool calls meanwhile.
+            timings["tool_calls_ms"] = spent
         timings.update(trace.facts)
         tx.after_commit(
             lambda: self.ctx.metrics.turn_recorded(
@@ -655,6 +660,7 @@ class _TraceBase:
     t1: float
     ready_at: float
     route: str = ""
+    tools: ToolBox | None = None
     # The numbers a failed call reported (exit status, interrupt time), for its invocation row.
     facts: dict[str, float] = field(default_factory=dict)
     # Where the call's usage is booked: the channel's kind and the agent's runtime config.

@@ -263,6 +263,7 @@ class Voices:
         to date, so the driver reads neither again before the next turn."""
         if text is not None:
             chars = len(text)
+        answered = self.ctx.clock.monotonic()
 
         async def job(tx: Tx) -> tuple[Meeting, list[ChannelMessage]]:
             current = meeting
@@ -299,6 +300,12 @@ class Voices:
                     message_id=None if message is None else message.id,
                     reason=reason,
                     created=self.ctx.clock.now(),
+                    timings=None
+                    if started is None
+                    else {
+                        "provider_wait_ms": (answered - started) * 1000,
+                        "persist_ms": (self.ctx.clock.monotonic() - answered) * 1000,
+                    },
                 ),
             )
             await tx.update("room_members", member, last_activity=self.ctx.clock.now())

@@ -84,6 +84,8 @@ class TurnToolBox:
         self.channel_id = channel_id
         self.session_id = session_id
         self.max_rounds = max_rounds
+        # Time spent running this turn's tool calls (the turn timeline's "tool calls" part).
+        self.spent_ms = 0.0
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(
@@ -96,11 +98,15 @@ class TurnToolBox:
         call = ToolCall(
             hub=self.hub, caller=self.agent, channel_id=self.channel_id, session_id=self.session_id
         )
+        clock = self.hub.ctx.clock
+        started = clock.monotonic()
         try:
             data = await self._run(name, arguments, call)
         except ParleyError as exc:
             await self._record(name, exc.code)
             return ToolOutput(text=f"{exc.code}: {exc.message}", is_error=True)
+        finally:
+            self.spent_ms += (clock.monotonic() - started) * 1000
         await self._record(name, None)
         return ToolOutput(text=json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 

@@ -16,13 +16,16 @@ from fastapi.staticfiles import StaticFiles
 from parley.core.errors import ParleyError, RateLimited
 from parley.surfaces.rest import errors
 from parley.surfaces.web import (
+    attention,
     channels,
+    create,
     insight,
     meetings,
     missing,
     pages,
     shared,
     signin,
+    turns,
     workers,
 )
 from parley.surfaces.web.auth import PREFIX, ActionRefused, SignInRequired
@@ -30,7 +33,19 @@ from parley.surfaces.web.feeds import LiveStreams
 from parley.surfaces.web.render import HERE, html, retry_after
 from parley.surfaces.web.sessions import WebSessions
 
-AREAS = (signin, shared, pages, channels, meetings, workers, insight, missing)
+AREAS = (
+    signin,
+    shared,
+    attention,
+    pages,
+    channels,
+    turns,
+    meetings,
+    workers,
+    insight,
+    create,
+    missing,
+)
 """The UI's modules, each with a ``router`` mounted under ``/ui`` (``missing``, the catch-all
 that answers an unknown page, last)."""
 

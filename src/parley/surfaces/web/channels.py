@@ -15,6 +15,7 @@ from parley.core.names import short_ids
 from parley.service.conversations.transcripts import channel_topic
 from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
+from parley.surfaces.web import timeline
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, older_messages, page
@@ -170,11 +171,22 @@ async def channel_older(
 
 @router.get("/tasks/{task_id}/trace", response_class=HTMLResponse)
 async def task_trace(request: Request, viewer: ViewerDep, task_id: str) -> HTMLResponse:
-    """The invocation trace of a task (C13): every runtime call with its outcome and reason."""
+    """The invocation trace of a task (C13): every runtime call with its outcome and reason,
+    and its turns as bars on a time axis."""
     hub = hub_of(request)
     task = await hub.tasks.get(viewer.principal, task_id)
     invocations = await hub.tasks.invocations(viewer.principal, task_id)
-    return page(request, viewer, "trace.html", task=task, invocations=invocations)
+    bars, axis_ms = timeline.bars(invocations)
+    return page(
+        request,
+        viewer,
+        "trace.html",
+        task=task,
+        invocations=invocations,
+        bars=bars,
+        axis_ms=axis_ms,
+        parts=timeline.PARTS,
+    )
 
 
 @router.post("/channels/{channel_id}/post")

@@ -22,6 +22,7 @@ from parley.service.conversations.transcripts import channel_topic
 from parley.service.conversations.turns import turns_topic
 from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
+from parley.surfaces.web import timeline
 from parley.surfaces.web.auth import PREFIX, ActionDep, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, Transcript, about_events, live
 from parley.surfaces.web.render import attempt, fragment, older_messages, page
@@ -105,6 +106,24 @@ async def meeting_rooms_live(
     relevant = about_events("room.", "meeting.")
     key = Panel.key_for(viewer, "rooms", after)
     return live(request, viewer, panels=[Panel("rooms", key, ("hub",), render, relevant)])
+
+
+@router.get("/meetings/{meeting_id}/timeline", response_class=HTMLResponse)
+async def meeting_timeline(request: Request, viewer: ViewerDep, meeting_id: str) -> HTMLResponse:
+    """A meeting's speeches on a time axis, each with the durations the hub recorded."""
+    hub = hub_of(request)
+    meeting = await hub.meetings.get(viewer.principal, meeting_id)
+    speeches = await hub.meetings.speeches(viewer.principal, meeting_id)
+    bars, axis_ms = timeline.bars(speeches)
+    return page(
+        request,
+        viewer,
+        "meeting_timeline.html",
+        meeting=meeting,
+        bars=bars,
+        axis_ms=axis_ms,
+        parts=timeline.PARTS,
+    )
 
 
 @router.get("/meetings/{meeting_id}", response_class=HTMLResponse)

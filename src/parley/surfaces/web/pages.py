@@ -17,6 +17,8 @@ from parley.core.mail import InboxFilter, MailSummary
 from parley.service.hub import Hub
 from parley.service.identity import require_operator
 from parley.service.mail.mailbox import inbox_topic
+from parley.surfaces.web.attention import EVENTS as NEEDS_EVENTS
+from parley.surfaces.web.attention import needs
 from parley.surfaces.web.auth import Viewer, ViewerDep, hub_of
 from parley.surfaces.web.live import Panel, about_events, live
 from parley.surfaces.web.render import fragment, page
@@ -84,6 +86,7 @@ async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
         "meetings": meetings,
         "workers": workers,
         "failures": await _recent_failures(hub, viewer),
+        "needs": await needs(hub, viewer),
     }
 
 
@@ -111,7 +114,7 @@ async def overview_live(request: Request, viewer: ViewerDep) -> EventSourceRespo
         Panel.key_for(viewer, "overview"),
         ("hub",),
         render,
-        about_events(*OVERVIEW_EVENTS),
+        about_events(*OVERVIEW_EVENTS, *NEEDS_EVENTS),
     )
     return live(request, viewer, panels=[overview])
 

@@ -12,20 +12,57 @@ function ParleyLiveHub(endpoint) {
   var timer = null;
   var named = "";       // the open stream's name: a new one ends it first on the hub
 
+  var latest = {};      // shared URL -> {event: the last message}, handed to a tab that opens
+
   function wanted() {
     var list = [];
+    var carried = {};
     Object.keys(tabs).forEach(function (tab) {  // in the order the pages opened
-      tabs[tab].urls.forEach(function (url) { list.push({tab: tab, url: url}); });
+      tabs[tab].urls.forEach(function (url) {
+        if (tabs[tab].shared.indexOf(url) < 0) {
+          list.push({tab: tab, url: url});
+        } else if (!carried[url]) {
+          // A stream every page shows alike (the navigation's badge) is carried once for all.
+          carried[url] = true;
+          list.push({tab: "*", url: url});
+        }
+      });
     });
     return list;
   }
 
   function deliver(route, message) {
+    message.url = route.url;
+    if (route.tab === "*") {
+      (latest[route.url] = latest[route.url] || {})[message.e] = message;
+      if (message.e === "_open" || message.e === "_notlive") {
+        delete latest[route.url][message.e === "_open" ? "_notlive" : "_open"];
+      }
+      // One page of the browser leads (the first open): it alone acts once for all, as in
+      // raising a notification.
+      var lead = true;
+      Object.keys(tabs).forEach(function (id) {
+        if (tabs[id].urls.indexOf(route.url) >= 0) {
+          tabs[id].post(Object.assign({}, message, {lead: lead}));
+          lead = false;
+        }
+      });
+      return;
+    }
     var tab = tabs[route.tab];
     if (tab && tab.urls.indexOf(route.url) >= 0) {
-      message.url = route.url;
       tab.post(message);
     }
+  }
+
+  function catchUp(tab) {
+    // A page that opens while a shared stream is carried gets what it last said.
+    tabs[tab].shared.forEach(function (url) {
+      var last = latest[url] || {};
+      Object.keys(last).forEach(function (e) {
+        tabs[tab].post(Object.assign({}, last[e], {lead: false}));
+      });
+    });
   }
 
   function reopen() {
@@ -88,12 +125,14 @@ function ParleyLiveHub(endpoint) {
 
   return {
     attach: function (tab, post) {
-      tabs[tab] = tabs[tab] || {post: post, urls: []};
+      tabs[tab] = tabs[tab] || {post: post, urls: [], shared: []};
       tabs[tab].post = post;
     },
     handle: function (tab, msg) {
       if (msg.type === "subscribe" && tabs[tab]) {
         tabs[tab].urls = msg.urls.slice();
+        tabs[tab].shared = (msg.shared || []).slice();
+        catchUp(tab);
       } else if (msg.type === "drop" && tabs[tab]) {
         tabs[tab].urls = tabs[tab].urls.filter(function (u) { return u !== msg.url; });
       } else if (msg.type === "bye") {

@@ -102,6 +102,9 @@
       swapInto(root, m.e, m.d);
     });
     refold();
+    if (m.e === "needs" && m.lead) {
+      Needs.changed();
+    }
     var closing = list.some(function (root) { return root.getAttribute("sse-close") === m.e; });
     if (closing) {
       list.forEach(function (root) { root.dataset.live = "ended"; });
@@ -126,7 +129,11 @@
   }
 
   function subscribe() {
-    hub.send({type: "subscribe", tab: tab, urls: Object.keys(roots)});
+    var urls = Object.keys(roots);
+    var shared = urls.filter(function (url) {
+      return roots[url].some(function (root) { return root.hasAttribute("data-shared"); });
+    });
+    hub.send({type: "subscribe", tab: tab, urls: urls, shared: shared});
   }
 
   // What the reader typed into a panel's forms, and where the focus was, survive the panel
@@ -293,7 +300,59 @@
     }
   });
 
+  // Needs you: the badge is drawn live; with the person's leave (asked for by the button, never
+  // on load) each new thing raises one browser notification, from the one page of the browser
+  // that leads the shared stream (what it notified is remembered for the next page to lead).
+  var Needs = {
+    SEEN: "parley-needs-notified",
+    items: function () {
+      var badge = document.getElementById("needs");
+      var raw = badge ? badge.getAttribute("data-needs") || "" : "";
+      return raw ? raw.split("\n").map(function (line) {
+        var bar = line.indexOf("|");
+        return {key: line.slice(0, bar), text: line.slice(bar + 1)};
+      }) : [];
+    },
+    seen: function () {
+      try {
+        return JSON.parse(localStorage.getItem(Needs.SEEN) || "[]");
+      } catch (err) {
+        return [];
+      }
+    },
+    changed: function () {
+      var items = Needs.items();
+      var seen = Needs.seen();
+      var keys = items.map(function (n) { return n.key; });
+      var allowed = window.Notification && Notification.permission === "granted";
+      if (allowed) {
+        items.forEach(function (n) {
+          if (seen.indexOf(n.key) < 0) {
+            new Notification("parley: needs you", {body: n.text, tag: n.key});
+          }
+        });
+      }
+      // Remember what is shown now (notified or not): leave given later notifies only news.
+      try {
+        localStorage.setItem(Needs.SEEN, JSON.stringify(keys));
+      } catch (err) {
+        // storage refused: a later change may notify again, which is harmless
+      }
+    },
+    offer: function () {
+      var ask = document.querySelector("button.notify-ask");
+      if (!ask || !window.Notification || Notification.permission !== "default") {
+        return;
+      }
+      ask.hidden = false;
+      ask.addEventListener("click", function () {
+        Notification.requestPermission().then(function () { ask.hidden = true; });
+      });
+    }
+  };
+
   function start() {
+    Needs.offer();
     transcript();
     document.querySelectorAll("[sse-connect]").forEach(function (el) {
       var url = el.getAttribute("sse-connect");
