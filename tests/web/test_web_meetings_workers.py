@@ -36,7 +36,7 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     # decisions show (here the fallback: a human convener has no model), then each member's
     # own minutes.
     await page.get_by_role("link", name="Meetings").click()
-    await page.get_by_label("Room").select_option(label="sync")
+    await page.get_by_label("Room", exact=True).select_option(label="sync")
     await page.get_by_label("Topic").fill("Release plan")
     await page.get_by_role("button", name="Convene").click()
     await expect(page.get_by_role("heading", name="Release plan")).to_be_visible()
