@@ -260,6 +260,7 @@ class TaskLoop:
             task=ctx.task_text,
             window=window,
             entries=entries,
+            worker_session=bool(ctx.channel.metadata.get("worker_session")),
         )
         t1 = clock.monotonic()
         invocation_id = new_ulid()

@@ -301,6 +301,9 @@ class MeetingDriver:
                 text, present=present, counts=counts, last=last, failure=failure
             )
             route = redact_text(result.model_route) if result else meeting.moderator_route
+        if live.stop.is_set():
+            # Stopped while the moderator decided: no decision, no turn, no round begun.
+            return decision, None
         after = window[-1].seq if window else 0
 
         async def job(tx: Tx) -> GivenTurn | None:
