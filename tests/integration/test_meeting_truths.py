@@ -19,6 +19,7 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
 from parley.core.meetings import roll_call
 from parley.core.ports import Tx
+from parley.core.rooms import Meeting
 from parley.core.runtime import Turn
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
@@ -27,6 +28,7 @@ from parley.service.meetings.meetings import ConveneSpec
 from parley.service.workers.records import StartSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
+from tests.integration.discussion_support import within
 from tests.integration.meeting_support import (
     LabelledRuntime,
     Member,
@@ -36,6 +38,10 @@ from tests.integration.meeting_support import (
 )
 from tests.integration.test_meeting_rooms import finished, states
 from tests.integration.test_workers import scripted
+
+
+async def over(hub: Hub, operator: Principal, meeting_id: str) -> Meeting:
+    return await within(finished(hub, operator, meeting_id), "the meeting's end")
 
 
 def line(prompt: str, start: str) -> str:
@@ -81,10 +87,10 @@ async def test_a_human_post_landing_while_the_moderator_decides_reaches_the_next
     room = await room_with(hub, operator, ["a", "b"], max_rounds=1)
     a = await hub.identity.require("a")
     meeting = await hub.meetings.convene(a, room.id, ConveneSpec(topic="t"))
-    await gate.started.wait()
+    await within(gate.started.wait(), "gate.started")
     await hub.meetings.post(operator, meeting.id, "HUMAN-WHILE-DECIDING: mind the freeze")
     gate.release.set()
-    await finished(hub, operator, meeting.id)
+    await over(hub, operator, meeting.id)
     [first] = team["b"].speech_turns()
     assert "HUMAN-WHILE-DECIDING" in first.prompt.render()
 
@@ -100,10 +106,10 @@ async def test_the_roll_in_prompts_shows_awaiting_members_apart_from_those_prese
     w = await hub.identity.require("w")
     assert w.work_channel_id is not None
     await hub.channels.post(operator, w.work_channel_id, "long job")
-    await team["w"].work_started.wait()
+    await within(team["w"].work_started.wait(), "team[w].work_started")
     a = await hub.identity.require("a")
     meeting = await hub.meetings.convene(a, room.id, ConveneSpec(topic="t"))
-    await hub.meetings.wait_idle()
+    await within(hub.meetings.wait_idle(), "meetings idle")
     prompt = team["a"].speech_turns()[0].prompt.system
     assert line(prompt, "Present:") == "Present: a, b"
     assert line(prompt, "Awaiting entry").endswith(": w")
@@ -111,7 +117,7 @@ async def test_the_roll_in_prompts_shows_awaiting_members_apart_from_those_prese
     assert line(moderator, "Present:") == "Present: a, b"
     assert line(moderator, "Awaiting entry").endswith(": w")
     team["w"].work_gate.set()
-    await finished(hub, operator, meeting.id)
+    await over(hub, operator, meeting.id)
 
 
 async def test_a_human_convener_is_present_and_an_unsummoned_agent_convener_is_not(
@@ -120,11 +126,11 @@ async def test_a_human_convener_is_present_and_an_unsummoned_agent_convener_is_n
     team = await members(make_agent, runtimes, ["a", "b"])
     room = await room_with(hub, operator, ["a", "b"], max_rounds=1, min_meeting_interval_s=0)
     meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t", members=["b"]))
-    await finished(hub, operator, meeting.id)
+    await over(hub, operator, meeting.id)
     assert line(team["b"].speech_turns()[0].prompt.system, "Present:") == "Present: b, operator"
     a = await hub.identity.require("a")
     again = await hub.meetings.convene(a, room.id, ConveneSpec(topic="u", members=["b"]))
-    await finished(hub, operator, again.id)
+    await over(hub, operator, again.id)
     assert line(team["b"].speech_turns()[1].prompt.system, "Present:") == "Present: b"
 
 
@@ -146,7 +152,7 @@ async def test_turn_notices_do_not_push_a_members_private_mail_out_of_its_prompt
     await hub.store.write(notices)
     room = await room_with(hub, operator, ["a", "b"], max_rounds=1, projection_chars=600)
     meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
-    await finished(hub, operator, meeting.id)
+    await over(hub, operator, meeting.id)
     prompt = team["a"].speech_turns()[0].prompt.system
     assert "PRIVATE-MAIL" in prompt
     assert "Your turn in channel" not in prompt
@@ -163,12 +169,13 @@ async def test_a_member_whose_turn_in_a_group_is_over_is_not_working(
         operator, ChannelSpec(name="g", members=["a", "b"], discussion_rounds=1)
     )
     await hub.channels.post(operator, group.id, "both of you, look at this")
-    await team["b"].work_started.wait()  # a spoke first; b's turn holds the task running
+    # a spoke first; b's turn holds the task running.
+    await within(team["b"].work_started.wait(), "team[b].work_started")
     assert [v.state for v in await hub.rooms.members(operator, room.id)] == ["idle-waiting"]
     meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
     assert [(x.agent_id, x.attendance) for x in meeting.attendees] == [("a", "present")]
     team["b"].work_gate.set()
-    await finished(hub, operator, meeting.id)
+    await over(hub, operator, meeting.id)
 
 
 # -- 5: an absentee hears the outcome ------------------------------------------------------------
@@ -182,9 +189,9 @@ async def test_a_summoned_member_that_never_enters_gets_an_outcome_notice_as_its
     w = await hub.identity.require("w")
     assert w.work_channel_id is not None
     await hub.channels.post(operator, w.work_channel_id, "long job")
-    await team["w"].work_started.wait()
+    await within(team["w"].work_started.wait(), "team[w].work_started")
     meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="parser"))
-    await hub.meetings.wait_idle()
+    await within(hub.meetings.wait_idle(), "meetings idle")
     minutes = {m.agent_id: m for m in await hub.meetings.minutes(operator, meeting.id)}
     notice = minutes["w"]
     assert (notice.status, notice.reason, notice.runtime) == (
@@ -200,7 +207,7 @@ async def test_a_summoned_member_that_never_enters_gets_an_outcome_notice_as_its
     # Its turn at work was not superseded by the notice: it is still running.
     assert hub.tasks.in_flight("w")
     team["w"].work_gate.set()
-    await hub.tasks.wait_idle()
+    await within(hub.tasks.wait_idle(), "tasks idle")
     assert (await states(hub, operator, room.id))["w"] == "working"
     work = await hub.channels.messages(operator, w.work_channel_id)
     assert any("Outcome notice" in m.content for m in work)
@@ -235,7 +242,7 @@ async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked
     rewire(runtimes, team["b"], b_reply)
     room = await room_with(first, operator, ["a", "b"], max_rounds=1)
     meeting = await first.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
-    await b_minutes_asked.wait()
+    await within(b_minutes_asked.wait(), "b_minutes_asked")
     stored = await first.meetings.minutes(operator, meeting.id)
     assert [(m.agent_id, m.status) for m in stored] == [("a", "accepted")]
 
@@ -299,8 +306,8 @@ async def test_stopping_one_meeting_leaves_the_others_running(
     two = await room_with(hub, operator, ["b"])
     first = await hub.meetings.convene(operator, one.id, ConveneSpec(topic="one"))
     second = await hub.meetings.convene(operator, two.id, ConveneSpec(topic="two"))
-    await team["a"].speech_started.wait()
-    await team["b"].speech_started.wait()
+    await within(team["a"].speech_started.wait(), "team[a].speech_started")
+    await within(team["b"].speech_started.wait(), "team[b].speech_started")
     stopped = await hub.meetings.stop_meeting(operator, first.id)
     assert (stopped.id, stopped.status, stopped.end_reason) == (first.id, "ended", "stopped")
     assert (await hub.meetings.get(operator, second.id)).status == "running"
@@ -308,7 +315,7 @@ async def test_stopping_one_meeting_leaves_the_others_running(
         await hub.meetings.stop_meeting(operator, first.id)
     assert caught.value.code == "meeting_ended"
     team["b"].speech_gate.set()
-    await finished(hub, operator, second.id)
+    await over(hub, operator, second.id)
 
 
 # -- 11: one round everywhere --------------------------------------------------------------------
@@ -321,7 +328,7 @@ async def test_a_meeting_stopped_between_rounds_shows_one_round_on_every_view(
     room = await room_with(hub, operator, ["a", "b"], max_rounds=2)
     a = await hub.identity.require("a")
     meeting = await hub.meetings.convene(a, room.id, ConveneSpec(topic="t"))
-    await gate.started.wait()
+    await within(gate.started.wait(), "gate.started")
     [stopped] = await hub.meetings.stop(operator)
     assert (stopped.end_reason, stopped.turns) == ("stopped", 2)
     # The overview reads the stored round; the meeting's page, the CLI and the API the roll.
@@ -335,12 +342,12 @@ async def test_a_workers_task_prompt_does_not_call_its_session_its_work_channel(
 ) -> None:
     lead = await scripted(make_agent, runtimes, "lead")
     await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit the tests"))
-    await hub.tasks.wait_idle()
+    await within(hub.tasks.wait_idle(), "tasks idle")
     system = lead.turns[0].prompt.system
     assert "This is your work channel" not in system
     assert "session of a task given to you as a worker" in system
     agent = await hub.identity.require("lead")
     assert agent.work_channel_id is not None
     await hub.channels.post(operator, agent.work_channel_id, "and in your own channel?")
-    await hub.tasks.wait_idle()
+    await within(hub.tasks.wait_idle(), "tasks idle")
     assert "This is your work channel" in lead.turns[-1].prompt.system
