@@ -76,6 +76,7 @@ GET /v1/rooms/meetings/{meeting_id}
 GET /v1/rooms/meetings/{meeting_id}/minutes
 POST /v1/rooms/meetings/{meeting_id}/messages
 GET /v1/rooms/meetings/{meeting_id}/speeches
+POST /v1/rooms/meetings/{meeting_id}/stop
 GET /v1/rooms/meetings/{meeting_id}/stream
 GET /v1/rooms/meetings/{meeting_id}/transcript
 POST /v1/rooms/stop
@@ -181,6 +182,7 @@ POST /ui/channels/{channel_id}/post
 POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
+POST /ui/meetings/{meeting_id}/stop
 POST /ui/signin
 POST /ui/signout
 POST /ui/tasks/{task_id}/cancel
