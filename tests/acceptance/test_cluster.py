@@ -455,9 +455,7 @@ async def test_a_meeting_whose_convener_and_members_are_on_three_hubs_runs_to_mi
                 assert r.status_code == 200, r.text
 
             def ended(evs: list[dict[str, Any]]) -> bool:
-                return any(
-                    e["event"] == "meeting" and e["data"]["status"] == "ended" for e in evs
-                )
+                return any(e["event"] == "meeting" and e["data"]["status"] == "ended" for e in evs)
 
             got = await watch.until(ended)
         finally:
