@@ -193,7 +193,11 @@ async def _room(
         await hub.identity.create_agent(operator, AgentSpec(id=name, runtime={"kind": "scripted"}))
         runtimes.set(name, TimedRuntime(ScriptedRuntime(script.reply), script.note))
     room = await hub.rooms.create(
-        operator, RoomSpec.model_validate({"name": names[0], "config": {"max_rounds": rounds}})
+        operator,
+        RoomSpec.model_validate(
+            # Its agent convener meets again at once: no throttle between measured meetings.
+            {"name": names[0], "config": {"max_rounds": rounds, "min_meeting_interval_s": 0}}
+        ),
     )
     for name in names:
         await hub.rooms.join(operator, room.id, name)
