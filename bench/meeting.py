@@ -16,6 +16,12 @@ runtime:
   and the quoted transcript) when the meeting's transcript holds N speeches of about the
   speech target (800 characters): eleven members, twenty rounds, one meeting.
   ``entry_prompt_chars_at_*`` is the positioning part alone.
+* ``context_chars_per_member_per_meeting``: what lands in a member's own context from one
+  meeting of 60 speeches (six members, ten rounds): the mail addressed to it and the messages
+  in its work channel from the meeting's start to its end (its minutes, as mail and as the
+  message that wakes it, and any notice), beside ``transcript_chars``, the meeting's whole
+  transcript. A member's share is ``context_share`` (target: under a tenth). Minutes are
+  written at three quarters of the room's minutes limit, as a member that uses its room would.
 * ``convene_to_first_speech_*``: from the call that convenes a meeting to the first speech's
   ``channel.message`` event on the hub's live stream (the convening transaction, the driver's
   start, the moderator's decision, the speaker's prompt and the speech's commit).
@@ -49,7 +55,7 @@ from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core import discussion as d
 from parley.core.channels import TRANSCRIPT_WINDOW
 from parley.core.identity import MODERATOR_ID, Principal
-from parley.core.rooms import DEFAULT_SPEECH_TARGET
+from parley.core.rooms import DEFAULT_MINUTES_LIMIT, DEFAULT_SPEECH_TARGET
 from parley.core.runtime import NO_REPLY, Turn
 from parley.service.hub import Hub
 from parley.service.identity import AgentSpec
@@ -113,6 +119,7 @@ class Script:
     roster order (never an adjournment: the round cap ends each meeting)."""
 
     speech_chars: int
+    minutes_chars: int = 0
     # Sizing a prompt renders it: only where sizes are the measure, never inside a timed span.
     size_prompts: bool = False
     calls: list[Call] = field(default_factory=list)
@@ -127,7 +134,8 @@ class Script:
             self.invited[meeting] = n + 1
             return json.dumps({"action": "invite", "next": present[n % len(present)]})
         if _is_minutes(turn):
-            return f"{turn.agent.id}: what I take from {meeting}"
+            mine = f"{turn.agent.id}: what I take from {meeting}"
+            return filler(mine, self.minutes_chars) if self.minutes_chars else mine
         if _is_speech(turn):
             n = self.spoken.get(meeting, 0)
             self.spoken[meeting] = n + 1
@@ -185,7 +193,11 @@ async def _room(
         await hub.identity.create_agent(operator, AgentSpec(id=name, runtime={"kind": "scripted"}))
         runtimes.set(name, TimedRuntime(ScriptedRuntime(script.reply), script.note))
     room = await hub.rooms.create(
-        operator, RoomSpec.model_validate({"name": names[0], "config": {"max_rounds": rounds}})
+        operator,
+        RoomSpec.model_validate(
+            # Its agent convener meets again at once: no throttle between measured meetings.
+            {"name": names[0], "config": {"max_rounds": rounds, "min_meeting_interval_s": 0}}
+        ),
     )
     for name in names:
         await hub.rooms.join(operator, room.id, name)
@@ -310,6 +322,50 @@ async def bench_prompt(
     }
 
 
+# -- 3. what one meeting puts in a member's own context -------------------------------------------
+SHARE_MEMBERS = 6
+SHARE_ROUNDS = 10
+
+
+async def bench_share(
+    hub: Hub, runtimes: StaticRuntimes, operator: Principal, plan: Plan
+) -> dict[str, Any]:
+    minutes_chars = DEFAULT_MINUTES_LIMIT * 3 // 4
+    script = Script(plan.speech_chars, minutes_chars=minutes_chars)
+    names = [f"share-{i}" for i in range(1, SHARE_MEMBERS + 1)]
+    room_id, convener = await _room(hub, runtimes, operator, names, script, SHARE_ROUNDS)
+    progress(f"share: one meeting of {SHARE_MEMBERS} members x {SHARE_ROUNDS} rounds")
+    before = {name: await _own_context(hub, name) for name in names}
+    meeting_id, _ = await _convene(hub, convener, room_id, "the quarter, member by member")
+    after = {name: await _own_context(hub, name) for name in names}
+    async with hub.store.read() as tx:
+        meeting = await tx.get("meetings", meeting_id)
+        messages = await tx.channel_messages(meeting.channel_id, limit=10_000)
+    said = [m for m in messages if m.sender_kind in ("agent", "human")]
+    transcript_chars = sum(len(m.content) for m in said)
+    shares = [after[n] - before[n] for n in names]
+    per_member = max(shares)
+    return {
+        "share_speeches": len(said),
+        "transcript_chars": transcript_chars,
+        "context_chars_per_member_per_meeting": per_member,
+        "context_chars_per_member_mean": round(sum(shares) / len(shares)),
+        "context_share": round(per_member / max(transcript_chars, 1), 4),
+        "share_minutes_chars": minutes_chars,
+    }
+
+
+async def _own_context(hub: Hub, agent_id: str) -> int:
+    """Characters in an agent's own context so far: subject and body of the mail addressed to
+    it, and the content of its work channel's messages."""
+    async with hub.store.read() as tx:
+        m = tx.table("messages").c
+        mail = await tx.select("messages", m.recipient_id == agent_id)
+        agent = await tx.get("principals", agent_id)
+        work = await tx.channel_messages(agent.work_channel_id, limit=10_000)
+    return sum(len(x.subject) + len(x.body) for x in mail) + sum(len(x.content) for x in work)
+
+
 # -- driver ---------------------------------------------------------------------------------------
 HEADLINES = (
     "speech_overhead_p50_ms",
@@ -317,13 +373,15 @@ HEADLINES = (
     "convene_to_first_speech_ms",
     "prompt_chars_at_10",
     "prompt_chars_at_200",
+    "transcript_chars",
+    "context_chars_per_member_per_meeting",
 )
 
 
 async def run(plan: Plan) -> dict[str, Any]:
     return await compare_backends(
         plan,
-        (bench_overhead, bench_prompt),
+        (bench_overhead, bench_prompt, bench_share),
         HEADLINES,
         per_backend=HEADLINES[:3],
         home_prefix="parley-bench-meeting-",
@@ -353,6 +411,9 @@ def table(result: dict[str, Any]) -> str:
     rows += [
         ("positioning chars at 10", "entry_prompt_chars_at_10"),
         ("positioning chars at 200", "entry_prompt_chars_at_200"),
+        ("transcript chars, 60 speeches", "transcript_chars"),
+        ("member's own context chars", "context_chars_per_member_per_meeting"),
+        ("  share of the transcript", "context_share"),
         ("elapsed s", "elapsed_s"),
     ]
     return backend_table(result, rows)

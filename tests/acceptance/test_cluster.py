@@ -418,3 +418,59 @@ async def test_a_discussion_over_mcp_with_each_agent_on_another_hub(
         assert r.status_code == 200, r.text
     hubs = {e["hub_id"] for e in r.json()}
     assert hubs == {task["owner"]}
+
+
+async def test_a_meeting_whose_convener_and_members_are_on_three_hubs_runs_to_minutes(
+    cluster: list[HubProcess],
+) -> None:
+    """The operator convenes through hub A (A drives the meeting: rotation moderates); rita
+    speaks and writes her minutes through hub B, sam through hub C; C's meeting stream shows
+    the meeting end, and every member gets its own minutes, delivered."""
+    a, b, c = cluster
+    token = operator_token(a)
+    async with client(a.url, token) as op_a, client(c.url, token) as op_c:
+        tokens = await make_agents(op_a, ["rita", "sam"])
+        r = await op_a.post("/v1/rooms", json={"name": "across", "config": {"max_rounds": 1}})
+        assert r.status_code == 201, r.text
+        room_id = r.json()["id"]
+        for name in tokens:
+            r = await op_a.post(f"/v1/rooms/{room_id}/members", json={"agent_id": name})
+            assert r.status_code == 201, r.text
+        speakers = {"rita": client(b.url, tokens["rita"]), "sam": client(c.url, tokens["sam"])}
+        r = await op_a.post(f"/v1/rooms/{room_id}/meetings", json={"topic": "Schema freeze"})
+        assert r.status_code == 201, r.text
+        meeting = r.json()
+        assert meeting["moderator_route"] == "rotation"
+        watch = SseReader(op_c, f"/v1/rooms/meetings/{meeting['id']}/stream")
+        try:
+            await watch.opened.wait()
+            # Two speeches (one round of two), then each member's minutes, in roster order.
+            for k, name in enumerate(["rita", "sam", "rita", "sam"]):
+                turn = await next_turn(speakers[name])
+                assert turn is not None and turn["channel_id"] == meeting["channel_id"]
+                minutes = "Write YOUR minutes" in turn["prompt"]["text"]
+                assert minutes == (k >= 2)
+                text = f"{name}: I own the index" if minutes else f"{name} speaks, turn {k}"
+                r = await speakers[name].post(f"/v1/turns/{turn['id']}/speak", json={"text": text})
+                assert r.status_code == 200, r.text
+
+            def ended(evs: list[dict[str, Any]]) -> bool:
+                return any(e["event"] == "meeting" and e["data"]["status"] == "ended" for e in evs)
+
+            got = await watch.until(ended)
+        finally:
+            await watch.close()
+        final = next(e["data"] for e in got if e["event"] == "meeting" and ended([e]))
+        assert (final["end_reason"], final["round"], final["speeches"]) == ("round_cap", 1, 2)
+        said = [e["data"]["content"] for e in got if e["event"] == "message"]
+        assert "rita speaks, turn 0" in said and "sam speaks, turn 1" in said
+        r = await op_c.get(f"/v1/rooms/meetings/{meeting['id']}/minutes")
+        assert r.status_code == 200, r.text
+        assert {m["agent_id"]: (m["status"], m["text"]) for m in r.json()} == {
+            "rita": ("delivered", "rita: I own the index"),
+            "sam": ("delivered", "sam: I own the index"),
+        }
+        r = await speakers["rita"].get(f"/v1/rooms/meetings/{meeting['id']}/minutes")
+        assert [m["agent_id"] for m in r.json()] == ["rita"]
+        for speaker in speakers.values():
+            await speaker.aclose()

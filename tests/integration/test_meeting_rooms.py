@@ -216,9 +216,18 @@ async def test_dismissal_restores_each_state_and_the_room_meets_again(
         done = await finished(hub, operator, meeting.id)
         assert done.end_reason == "round_cap"
         assert await states(hub, operator, room.id) == {"a": "done", "b": "idle-waiting"}
+    # No moderator model: rotation moderates, named as such, and nothing is recorded as failing.
+    assert done.moderator_route == "rotation"
     events = await meeting_events(hub, meeting.id)
-    reasons = {e.payload["fallback"] for e in events if e.type == "meeting.moderator_fallback"}
-    assert reasons == {"moderator_failed: no_moderator_model"}
+    assert not [e for e in events if e.type == "meeting.moderator_fallback"]
+    decisions = [e.payload for e in events if e.type == "meeting.moderator"]
+    assert [(d["moderator"], d["next"], d["fallback"]) for d in decisions] == [
+        ("rotation", "a", None),
+        ("rotation", "b", None),
+    ]
+    async with hub.store.read() as tx:
+        i = tx.table("invocations").c
+        assert await tx.select("invocations", i.task_id == meeting.id) == []
 
 
 async def test_a_working_member_enters_at_its_turn_end_and_goes_back_to_working(
@@ -497,7 +506,7 @@ async def test_the_status_of_a_room_shows_its_running_meeting_else_its_latest(
     hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
 ) -> None:
     team = await members(make_agent, runtimes, ["a", "b"])
-    room = await room_with(hub, operator, ["a", "b"])
+    room = await room_with(hub, operator, ["a", "b"], min_meeting_interval_s=0)
     a = await hub.identity.require("a")
     empty = await hub.meetings.status(a, room_id=room.id, meeting_id=None, recent=5)
     assert (empty.meeting, empty.recent) == (None, [])

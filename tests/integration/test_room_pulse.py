@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from parley.core.errors import InvalidRequest, PermissionDenied
+from parley.core.errors import Conflict, InvalidRequest, PermissionDenied
 from parley.core.identity import Principal
 from parley.core.mail import InboxFilter
 from parley.service.hub import Hub
@@ -71,6 +71,10 @@ async def test_a_stall_escalates_to_a_meeting_of_the_human_seat_despite_the_thro
     earlier = await hub.meetings.convene(a, room.id, ConveneSpec(topic="t"))
     await hub.meetings.wait_idle()
     await hub.tasks.wait_idle()
+    # The throttle holds an agent convening again within min_meeting_interval_s.
+    with pytest.raises(Conflict) as caught:
+        await hub.meetings.convene(a, room.id, ConveneSpec(topic="again"))
+    assert caught.value.code == "meeting_throttled"
     for _ in range(3):
         await hub.rooms.post_brief(a, "still stuck on test 7")
     await hub.rooms.post_brief(await hub.identity.require("b"), "fine")
@@ -79,7 +83,8 @@ async def test_a_stall_escalates_to_a_meeting_of_the_human_seat_despite_the_thro
     assert {"kind": "repeated_fingerprint", "member": "a"} in [
         {"kind": s["kind"], "member": s["member"]} for s in result.signals
     ]
-    assert result.reason == "escalated (stall)"
+    # ... and the stall bypasses it, and says so.
+    assert result.reason == "escalated (stall, bypassing min_meeting_interval_s)"
     assert result.meeting_id is not None and result.meeting_id != earlier.id
     meeting = await hub.meetings.get(operator, result.meeting_id)
     assert meeting.convened_by == "operator"

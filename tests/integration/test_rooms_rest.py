@@ -90,9 +90,10 @@ async def test_a_meeting_is_watched_live_interjected_and_stopped_over_rest(
                 f"/v1/rooms/meetings/{meeting}/messages", json={"content": "HUMAN says hi"}
             )
             assert r.status_code == 201
-            r = await client.post("/v1/rooms/stop")
+            # This meeting's own stop; the emergency stop (/v1/rooms/stop) would end them all.
+            r = await client.post(f"/v1/rooms/meetings/{meeting}/stop")
             assert r.status_code == 200
-            assert [(m["id"], m["end_reason"]) for m in r.json()] == [(meeting, "stopped")]
+            assert (r.json()["id"], r.json()["end_reason"]) == (meeting, "stopped")
             contents: list[str] = []
             while True:
                 event = await within(seen.get(), "the meeting's end on its stream")
@@ -108,6 +109,8 @@ async def test_a_meeting_is_watched_live_interjected_and_stopped_over_rest(
                 await reader
         r = await client.get(f"/v1/rooms/meetings/{meeting}")
         assert (r.json()["status"], r.json()["end_reason"]) == ("ended", "stopped")
+        r = await client.post(f"/v1/rooms/meetings/{meeting}/stop")
+        assert (r.status_code, r.json()["code"]) == (409, "meeting_ended")
         states = {
             m["agent_id"]: m["state"]
             for m in (await client.get(f"/v1/rooms/{room}/members")).json()

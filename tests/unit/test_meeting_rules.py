@@ -135,6 +135,7 @@ def test_the_roll_call_of_a_running_and_an_ended_meeting() -> None:
         convened_by="a",
         max_rounds=2,
         turns=5,
+        round=3,
         attendees=[
             Attendee(agent_id="a", before="idle-waiting", attendance="present", entered_round=1),
             Attendee(agent_id="w", before="working", attendance="awaiting"),
@@ -143,7 +144,9 @@ def test_the_roll_call_of_a_running_and_an_ended_meeting() -> None:
         created=datetime(2025, 1, 1, tzinfo=UTC),
     )
     assert mt.present(meeting) == ["a"]
-    assert mt.roll_call(meeting) == mt.RollCall(["a"], ["w"], ["x"], 2)  # capped at 2/2
+    # The round is the one the driver stored for the turn it gave, capped at 2/2.
+    assert mt.roll_call(meeting) == mt.RollCall(["a"], ["w"], ["x"], 2)
+    assert mt.roll_call(meeting.model_copy(update={"round": 0})).round == 1
     ended = mt.roll_call(meeting.model_copy(update={"status": "ended"}))
     # Nobody awaits entry to a meeting that is over: who never came was absent.
     assert (ended.awaiting, ended.absent) == ([], ["x", "w"])

@@ -83,6 +83,7 @@ GET /v1/rooms/meetings/{meeting_id}
 GET /v1/rooms/meetings/{meeting_id}/minutes
 POST /v1/rooms/meetings/{meeting_id}/messages
 GET /v1/rooms/meetings/{meeting_id}/speeches
+POST /v1/rooms/meetings/{meeting_id}/stop
 GET /v1/rooms/meetings/{meeting_id}/stream
 GET /v1/rooms/meetings/{meeting_id}/transcript
 POST /v1/rooms/stop
@@ -207,6 +208,7 @@ POST /ui/mail/send
 POST /ui/meetings/convene
 POST /ui/meetings/stop
 POST /ui/meetings/{meeting_id}/post
+POST /ui/meetings/{meeting_id}/stop
 POST /ui/rooms/create
 POST /ui/signin
 POST /ui/signout

@@ -33,8 +33,8 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     page = await ui.signed_in(human.token)
 
     # A meeting that runs to its round cap: the transcript grows live, the moderator's
-    # decisions show (here the fallback: a human convener has no model), then each member's
-    # own minutes.
+    # decisions show (here rotation, named as the moderator: a human convener has no model,
+    # and nothing failed), then each member's own minutes.
     await page.get_by_role("link", name="Meetings").click()
     await page.get_by_label("Room", exact=True).select_option(label="sync")
     await page.get_by_label("Topic").fill("Release plan")
@@ -45,11 +45,15 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "round_cap")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: round_cap · round 1/1")
     await expect(page.locator("#present")).to_contain_text("ada")
-    await expect(page.locator("#decisions")).to_contain_text("fallback")
+    await expect(page.locator("#decisions")).to_contain_text("rotation")
+    await expect(page.locator("#decisions")).not_to_contain_text("fallback")
+    await expect(page.locator("#decisions .fallback")).to_have_count(0)
+    await expect(page.get_by_role("heading", name="Moderator: rotation")).to_be_visible()
     await expect(page.locator("#minutes-ada")).to_contain_text("ada: my minutes")
     await expect(page.locator("#minutes-bob")).to_contain_text("bob: my minutes")
 
-    # A meeting held open by bob's speech: interject, then the emergency stop ends it.
+    # A meeting held open by bob's speech: interject, then "Stop this meeting" ends it; the
+    # emergency stop (every meeting) asks for a confirmation first.
     team["bob"].speech_gate = asyncio.Event()  # never set: only the stop ends this speech
     team["bob"].speech_started.clear()
     await page.get_by_role("link", name="Meetings").click()
@@ -68,10 +72,15 @@ async def test_convene_a_meeting_watch_it_and_stop_it(
     await watching.goto(page.url)
     await went_live(watching)
     await expect(watching.get_by_role("button", name="Interject")).to_be_visible()
-    await page.get_by_role("button", name="Emergency stop").click()  # on the meeting's page
+    # The emergency stop, for every meeting, is labelled so and asks for a confirmation;
+    # stopping this one meeting does not.
+    emergency = page.get_by_role("button", name="Emergency stop: all meetings")
+    await expect(emergency).to_be_visible()
+    await expect(page.get_by_label("I mean every running meeting")).not_to_be_checked()
+    await page.get_by_role("button", name="Stop this meeting").click()
     await expect(watching.locator("#meeting-state")).to_have_attribute("data-status", "ended")
     await expect(watching.get_by_role("button", name="Interject")).to_have_count(0)
-    await expect(watching.get_by_role("button", name="Emergency stop")).to_have_count(0)
+    await expect(watching.get_by_role("button", name="Stop this meeting")).to_have_count(0)
     await expect(watching.locator("#actions-closed")).to_contain_text("stopped")
     await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "stopped")
     await expect(page.locator("#meeting-round")).to_contain_text("ended: stopped")

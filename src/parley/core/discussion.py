@@ -384,10 +384,13 @@ def build_prompt(
     task: str,
     window: Sequence[ChannelMessage],
     entries: Sequence[TranscriptEntry] | None = None,
+    worker_session: bool = False,
 ) -> Prompt:
     """The prompt of one speaker in one round (C5). The task stays in its own section even when
     its message has left the transcript window; transcript text is quoted, not instructions.
-    ``entries`` are the window's transcript entries when the caller already has them."""
+    ``entries`` are the window's transcript entries when the caller already has them.
+    ``worker_session``: the channel is the session of a task a parent gave the agent as a
+    worker, not its own work channel, and the prompt says so."""
     roster = ", ".join(f"{names.get(m, m)} ({m})" for m in members)
     kind = "moderated discussion" if mode == "discussion" else "group discussion"
     system = (
@@ -400,10 +403,16 @@ def build_prompt(
         system = (
             f"You are {agent_name} (id {agent_id}).\n"
             + (f"{persona.strip()}\n" if persona.strip() else "")
-            + "This is your work channel. A new message arrived for you."
+            + (
+                "This is the session of a task given to you as a worker: the task, and messages "
+                "from whoever gave it, arrive here. A new message arrived for you."
+                if worker_session
+                else "This is your work channel. A new message arrived for you."
+            )
         )
+        where = "this task's session" if worker_session else "your work channel"
         instructions = (
-            "Answer the latest message in your work channel. If it is a discussion result, read "
+            f"Answer the latest message in {where}. If it is a discussion result, read "
             "the summary file it names and continue your original task. "
             f"If nothing needs an answer, reply exactly {NO_REPLY}."
         )

@@ -114,6 +114,16 @@ def safe_rotation(present: Sequence[str], counts: Mapping[str, int], last: str |
     return min(candidates, key=lambda m: (counts.get(m, 0), present.index(m)))
 
 
+ROTATION = "rotation"
+"""The moderator of a meeting with no moderator model: the name it has in views and events."""
+
+
+def rotation(present: Sequence[str], counts: Mapping[str, int], last: str | None) -> Decision:
+    """Rotation as the moderator (no model to ask): invite whoever has not spoken, then each in
+    roster order; the round cap ends the meeting. Nothing failed, so no fallback is recorded."""
+    return Decision("invite", safe_rotation(present, counts, last))
+
+
 _JSON = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -193,8 +203,13 @@ def roll_call(meeting: Meeting) -> RollCall:
     absent = [a.agent_id for a in meeting.attendees if a.attendance == "absent"]
     if meeting.status == "ended":
         absent, awaiting = absent + awaiting, []
-    shown = min(round_of(meeting.turns, len(here)), meeting.max_rounds)
-    return RollCall(here, awaiting, absent, shown)
+    return RollCall(here, awaiting, absent, shown_round(meeting))
+
+
+def shown_round(meeting: Meeting) -> int:
+    """The one round every view shows: the round of the turn given now, or of the last one
+    given (the driver stores it when it gives a turn); 1 before any turn, never past the cap."""
+    return min(max(1, meeting.round), meeting.max_rounds)
 
 
 # -- budgets and minutes --------------------------------------------------------------------------
@@ -256,30 +271,43 @@ def project_context(
     transcript: Sequence[tuple[str, str]], mail: Sequence[tuple[str, str]], max_chars: int
 ) -> str:
     """A bounded projection of a member's OWN context: its latest work-channel messages and its
-    open mail, newest first kept, within ``max_chars``. Empty when there is nothing. Each item
-    is one line (``- <sender>: …`` or ``- "<subject>": …``): no text in it can break its line."""
+    open mail (the hub's own notices are not given here: they are bookkeeping, not the member's
+    context), within ``max_chars``. The stated priority: each of the two gets at least half the
+    budget, newest first, and what one leaves unused the other may take; its persona comes
+    before both, whole, in the prompt. Empty when there is nothing. Each item is one line
+    (``- <sender>: …`` or ``- "<subject>": …``): no text in it can break its line."""
+    work = [q.flat(f"- {q.label(who)}: {what}") for who, what in reversed(transcript)]
+    letters = [q.flat(f"- {q.inline(subject)}: {body}") for subject, body in reversed(mail)]
+    half = max_chars // 2
+    work_share = max_chars - min(half, _size(letters))
+    kept_work = _newest_within(work, work_share)
+    kept_mail = _newest_within(letters, max_chars - sum(len(i) for i in kept_work))
     lines: list[str] = []
-    used = 0
-    sections = (
-        ("Your recent work:", [f"- {q.label(who)}: {what}" for who, what in reversed(transcript)]),
-        ("Your open mail:", [f"- {q.inline(subject)}: {body}" for subject, body in reversed(mail)]),
-    )
-    for title, items in sections:
-        kept: list[str] = []
-        for item in items:
-            item = q.flat(item)
-            if used + len(item) > max_chars:
-                room = max_chars - used
-                if room > 40:
-                    kept.append(item[: room - 1] + "…")
-                    used = max_chars
-                break
-            kept.append(item)
-            used += len(item)
-        if kept:
-            lines.append(title)
-            lines.extend(reversed(kept) if title == "Your recent work:" else kept)
+    if kept_work:
+        lines += ["Your recent work:", *reversed(kept_work)]
+    if kept_mail:
+        lines += ["Your open mail:", *kept_mail]
     return "\n".join(lines)
+
+
+def _size(items: Sequence[str]) -> int:
+    return sum(len(i) for i in items)
+
+
+def _newest_within(items: Sequence[str], budget: int) -> list[str]:
+    """The items (newest first) that fit in ``budget``; the first that does not is cut with an
+    ellipsis when a useful part of it fits."""
+    kept: list[str] = []
+    used = 0
+    for item in items:
+        if used + len(item) > budget:
+            room = budget - used
+            if room > 40:
+                kept.append(item[: room - 1] + "…")
+            break
+        kept.append(item)
+        used += len(item)
+    return kept
 
 
 def entry_prompt(
@@ -290,15 +318,17 @@ def entry_prompt(
     present: Sequence[str],
     target: int,
     projection: str,
+    awaiting: Sequence[str] = (),
+    absent: Sequence[str] = (),
 ) -> str:
     """The positioning prompt of an entrant (R3): who it is, the topic, who convened, who is
-    present (humans included), what it may say, the rules; no answer template."""
-    others = ", ".join(q.label(p) for p in present) or "nobody yet"
+    present (humans included), who is summoned but not in the meeting yet and who never came,
+    what it may say, the rules; no answer template."""
     text = (
         f"[Meeting] You are {q.label(name)}.\n"
         f"Topic: {q.inline(topic)}\n"
         f"Convened by: {q.label(convened_by)}\n"
-        f"Present: {others}\n\n"
+        f"{attendance_lines(present, awaiting, absent)}\n\n"
         "You were called to this meeting. Say what the others do not know but should, about "
         "your own direction: where you are, what blocks you, what you need from whom.\n"
         "Rules:\n"
@@ -314,6 +344,20 @@ def entry_prompt(
             f"needs):\n{projection}\n"
         )
     return text
+
+
+def attendance_lines(present: Sequence[str], awaiting: Sequence[str], absent: Sequence[str]) -> str:
+    """Who is in the meeting as it is: present, summoned but still at work (awaiting entry), and
+    summoned but not coming (absent); the last two only when there are any."""
+    lines = [f"Present: {', '.join(q.label(p) for p in present) or 'nobody yet'}"]
+    if awaiting:
+        lines.append(
+            f"Awaiting entry (summoned, still finishing a turn): "
+            f"{', '.join(q.label(p) for p in awaiting)}"
+        )
+    if absent:
+        lines.append(f"Absent (summoned, not coming): {', '.join(q.label(p) for p in absent)}")
+    return "\n".join(lines)
 
 
 def speech_instructions(*, first: bool) -> str:
@@ -338,6 +382,8 @@ def moderator_prompt(
     counts: Mapping[str, int],
     round_number: int,
     max_rounds: int,
+    awaiting: Sequence[str] = (),
+    absent: Sequence[str] = (),
 ) -> str:
     """What the moderator sees: the topic, the roster, who has not spoken and the speech counts
     (and the transcript, given beside it). Nobody's private context, so nobody can bias it."""
@@ -347,7 +393,8 @@ def moderator_prompt(
         "only the topic, the transcript, the roster, who has not spoken and speech counts.\n"
         f"Topic: {q.inline(topic)}\n"
         f"Roster: {', '.join(q.label(m) for m in roster)}\n"
-        f"Present: {', '.join(q.label(m) for m in present)}\n"
+        f"{attendance_lines(present, awaiting, absent)}\n"
+        "Only those present can be given the floor.\n"
         f"Not yet spoken: {', '.join(q.label(m) for m in not_spoken) or 'everyone has spoken'}\n"
         f"Speeches so far: {tally}\n"
         f"Round {round_number} of {max_rounds}.\n"
@@ -363,6 +410,56 @@ def minutes_prompt(*, name: str, topic: str, limit: int) -> str:
         "must do, what others expect from you), shorter than the transcript and under "
         f"{limit} characters. Plain text; no tools."
     )
+
+
+ABSENTEE_MARK = "written_for_absentee"
+"""The reason a minutes row carries when the hub wrote it for a member that never entered."""
+
+
+def absentee_notice(
+    *,
+    agent_id: str,
+    name: str,
+    topic: str,
+    end_reason: str,
+    speeches: Sequence[tuple[str, str]],
+    limit: int,
+) -> str:
+    """The outcome of a meeting for a summoned member that never entered, written by the hub
+    (no model: it was not there to be asked): how the meeting ended, what was said about it by
+    name, then each speaker's last word, within ``limit`` characters. ``speeches`` are
+    (speaker, text) in transcript order."""
+    names = {n.lower() for n in (agent_id, name) if n}
+    speakers = list(dict.fromkeys(who for who, _ in speeches))
+    head = (
+        f"[Outcome notice written for an absentee] You were summoned to the meeting on "
+        f"{q.inline(topic, limit=120)} and did not enter it. It ended ({end_reason}) after "
+        f"{len(speeches)} speeches"
+        + (f" by {', '.join(q.label(s) for s in speakers)}." if speakers else ".")
+    )
+    about = [
+        f"- {q.label(who)}: {q.flat(text)}"
+        for who, text in speeches
+        if any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text.lower()) for n in names)
+    ]
+    last: dict[str, str] = {}
+    for who, text in speeches:
+        last[who] = text
+    closing = [f"- {q.label(who)}: {q.flat(text)}" for who, text in last.items()]
+    parts = [head]
+    used = len(head)
+    for title, items in (("What concerns you, by name:", about), ("Last word of each:", closing)):
+        if not items:
+            continue
+        share = (limit - used - len(title) - 2) // max(1, len(items))
+        if share < 60:
+            break
+        kept = [i if len(i) <= share else i[: share - 1] + "…" for i in items]
+        parts.append(title + "\n" + "\n".join(kept))
+        used += len(parts[-1]) + 1
+    if not about:
+        parts.insert(1, "Nobody named you.")
+    return "\n".join(parts)[:limit]
 
 
 def convened_note(

@@ -27,7 +27,8 @@ MeetingEndReason = Literal["adjourned", "round_cap", "stopped", "interrupted", "
 # What happened to one attendee of a meeting.
 Attendance = Literal["present", "awaiting", "absent"]
 SpeechOutcome = Literal["accepted", "over_limit", "failed"]
-MinutesStatus = Literal["delivered", "failed"]
+# Accepted minutes are stored at once and delivered when the meeting closes.
+MinutesStatus = Literal["accepted", "delivered", "failed"]
 
 DEFAULT_SPEECH_TARGET = 800
 DEFAULT_SPEECH_LIMIT = 1600

@@ -17,6 +17,7 @@ from sqlalchemy import (
     delete,
     func,
     literal_column,
+    or_,
     select,
     union_all,
     update,
@@ -216,7 +217,8 @@ CHANNEL_ROWS = {
 def _speaker_sources_stmt() -> Any:
     """One statement for three reads: (part, position, a, b, c) rows of the meeting channel's
     members (part 0), the newest work-channel messages (1) and the newest open mails that are not
-    minutes (2)."""
+    minutes nor the hub's own notices (2): turn notices and other bookkeeping of the hub never
+    take a member's context budget."""
     cm, msg, m = s.channel_members.c, s.channel_messages.c, s.messages.c
     empty = literal_column("''", Text)
     members = select(literal_column("0", Integer), cm.position, cm.member_id, empty, empty).where(
@@ -235,6 +237,7 @@ def _speaker_sources_stmt() -> Any:
             m.recipient_id == bindparam("_agent"),
             m.status.in_(OPEN_STATUSES),
             m.kind != "minutes",
+            or_(m.kind != "notice", m.from_kind != "system"),
         )
         .order_by(m.seq.desc())
         .limit(bindparam("_latest"))

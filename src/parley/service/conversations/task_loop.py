@@ -75,6 +75,9 @@ class LiveTask:
     runner: asyncio.Task[None] | None = None
     # Monotonic time the next turn became due (launch, then the end of each turn): queue time.
     ready_at: float = 0.0
+    # The member whose turn is in flight (a remote agent's pending turn included), or next
+    # before the first turn starts: the one this task keeps "working", nobody else.
+    speaking: str | None = None
 
 
 ToolBoxFor = Callable[[Principal, str, str], ToolBox | None]
@@ -114,7 +117,8 @@ class TaskLoop:
         if self.stopping:
             log.info("task %s committed while the hub stops: not started", task.id)
             return
-        live = LiveTask(task, ready_at=self.ctx.clock.monotonic())
+        first = task.members[0] if task.members else None
+        live = LiveTask(task, ready_at=self.ctx.clock.monotonic(), speaking=first)
         self.live[task.id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"parley-task-{task.id}")
 
@@ -160,7 +164,11 @@ class TaskLoop:
             for member in task.members:
                 if live.cancel.is_set():
                     return (await self._stop_reason(task))[1], None, None
-                outcome = await self._turn(live, context, member, number)
+                live.speaking = member
+                try:
+                    outcome = await self._turn(live, context, member, number)
+                finally:
+                    live.speaking = None
                 live.ready_at = self.ctx.clock.monotonic()
                 if outcome.kind == "failed":
                     return "failed", member, outcome.reason
@@ -257,6 +265,7 @@ class TaskLoop:
             task=ctx.task_text,
             window=window,
             entries=entries,
+            worker_session=bool(ctx.channel.metadata.get("worker_session")),
         )
         invocation_id = new_ulid()
         runtime: Runtime | None = self.runtime_for(agent)

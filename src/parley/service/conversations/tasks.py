@@ -267,8 +267,10 @@ class TaskRunner(TaskLoop):
 
     def in_flight(self, agent_id: str) -> bool:
         """Whether this hub has a turn of the agent in flight (a remote agent's pending turn is
-        driven by a task too): what "working" means for a room member."""
-        return any(agent_id in live.task.members for live in self.live.values())
+        driven by a task too), or about to start as its task's first: what "working" means for
+        a room member. Not any running task of a channel it belongs to: a member whose turn in
+        a group is over, or not yet due, is not working."""
+        return any(live.speaking == agent_id for live in self.live.values())
 
     async def wait_idle(self) -> None:
         """Wait until no task of this hub is running (tests, demo, shutdown)."""

@@ -103,7 +103,11 @@ class Turns:
             if answer in done:
                 return TurnResult(text=answer.result(), model_route=f"remote:{turn.agent.id}")
             if cancelled in done:
-                await self._close(pending.id, "superseded")
+                # A discussion turn is cancelled by a newer message; a meeting turn (it has no
+                # task) by a stop of the meeting: its answer is refused as cancelled.
+                await self._close(
+                    pending.id, "superseded" if turn.task_id is not None else "cancelled"
+                )
                 raise RuntimeFailure(
                     f"the turn of {turn.agent.id!r} was superseded or cancelled",
                     reason="cancelled",
@@ -243,6 +247,13 @@ class Turns:
             return turn.model_copy(update={"status": "answered", "answer": text}), None
 
         turn, refused = await self.ctx.store.write(job)
+        if refused == "cancelled" and turn is not None:
+            why = await self._cancel_reason(turn)
+            raise Conflict(
+                f"turn {turn_id!r} was cancelled ({why}); your answer is not posted.",
+                code="turn_cancelled",
+                reason=why,
+            )
         if refused == "superseded":
             raise Conflict(
                 f"turn {turn_id!r} was superseded by a newer message; your answer is not posted. "
@@ -256,6 +267,21 @@ class Turns:
             )
         assert turn is not None
         return turn
+
+    async def _cancel_reason(self, turn: PendingTurn) -> str:
+        """Why a turn was cancelled, as its channel's record tells: a meeting stopped or ended,
+        else the hub that offered it stopped."""
+        async with self.ctx.store.read() as tx:
+            channel = await tx.get_channel(turn.channel_id)
+            meeting_id = channel.metadata.get("meeting_id") if channel is not None else None
+            meeting = await tx.get("meetings", meeting_id) if meeting_id else None
+        if meeting is None:
+            return "the hub that offered it stopped or the task was cancelled"
+        if meeting.stop_requested or meeting.end_reason == "stopped":
+            return f"meeting {meeting.id!r} was stopped"
+        if meeting.end_reason == "interrupted":
+            return f"the hub driving meeting {meeting.id!r} stopped"
+        return f"meeting {meeting.id!r} ended ({meeting.end_reason or 'ending'})"
 
 
 class RemoteRuntime:

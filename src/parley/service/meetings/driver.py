@@ -21,7 +21,14 @@ from parley.core.identity import MODERATOR_ID, Principal
 from parley.core.ids import new_ulid
 from parley.core.ports import Runtime, Tx
 from parley.core.redact import redact_text
-from parley.core.rooms import Meeting, MeetingEndReason, Minutes, Room, RoomMember
+from parley.core.rooms import (
+    DEFAULT_MINUTES_LIMIT,
+    Meeting,
+    MeetingEndReason,
+    Minutes,
+    Room,
+    RoomMember,
+)
 from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
 from parley.service.context import ServiceContext
 from parley.service.conversations import runners
@@ -45,6 +52,16 @@ class LiveMeeting:
     runner: asyncio.Task[None] | None = None
     # Transcript entries by message id: each message is rendered once for all the prompts.
     rendered: dict[str, TranscriptEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GivenTurn:
+    """A turn the moderator gave, as read in the transaction recording it: the meeting row,
+    what the speaker's prompt needs, and the messages committed since the window was read."""
+
+    meeting: Meeting
+    context: SpeakerContext
+    fresh: list[ChannelMessage]
 
 
 def moderates(convener: Principal) -> bool:
@@ -105,16 +122,17 @@ class MeetingDriver:
             await self._admit(agent_id)
 
     # -- the driver -------------------------------------------------------------------------------
-    async def _admit(self, agent_id: str) -> None:
-        """An awaiting member enters the meeting (its turn elsewhere ended, R2)."""
+    async def _admit(self, agent_id: str) -> Meeting | None:
+        """An awaiting member enters the meeting (its turn elsewhere ended, R2); the meeting as
+        it stands after, or None when there was nobody to admit."""
 
-        async def job(tx: Tx) -> None:
+        async def job(tx: Tx) -> Meeting | None:
             member: RoomMember | None = await tx.get("room_members", agent_id, for_update=True)
             if member is None or member.state != "awaiting-entry" or member.meeting_id is None:
-                return
+                return None
             meeting: Meeting | None = await tx.get("meetings", member.meeting_id, for_update=True)
             if meeting is None or meeting.status != "running":
-                return
+                return None
             attendees = [
                 a.model_copy(update={"attendance": "present", "entered_round": meeting.round})
                 if a.agent_id == agent_id
@@ -131,19 +149,22 @@ class MeetingDriver:
                 payload={"agent_id": agent_id, "round": meeting.round, "late": True},
                 trace_id=meeting.id,
             )
-            self._publish(tx, meeting.model_copy(update={"attendees": attendees}))
+            entered = meeting.model_copy(update={"attendees": attendees})
+            self._publish(tx, entered)
+            return entered
 
-        await self.ctx.store.write(job)
+        return await self.ctx.store.write(job)
 
     async def _drive(self, live: LiveMeeting) -> None:
         end: MeetingEndReason = "failed"
         error: str | None = None
-        minutes: list[Minutes] = []
         try:
             end = await self._rounds(live)
             if end in ("adjourned", "round_cap"):
-                meeting, room, _ = await self._load(live.meeting_id)
-                minutes = await self.voices.write_minutes(meeting, room)
+                meeting, room = await self._minutes_phase(live.meeting_id, end)
+                # Each accepted minutes is stored as it is accepted: a hub that dies now
+                # loses none of them (recovery delivers them).
+                await self.voices.write_minutes(meeting, room)
         except asyncio.CancelledError:
             end, error = "interrupted", "the hub stopped while the meeting ran"
             raise
@@ -152,22 +173,30 @@ class MeetingDriver:
             end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
         finally:
             self.live.pop(live.meeting_id, None)
-            await asyncio.shield(self._end(live.meeting_id, end, error, minutes))
+            await asyncio.shield(self._end(live.meeting_id, end, error))
 
-    async def _end(
-        self, meeting_id: str, end: MeetingEndReason, error: str | None, minutes: list[Minutes]
-    ) -> None:
-        """Close the meeting; if delivering the minutes breaks the close, close it without them:
-        a meeting left running holds its members and its room for good."""
+    async def _minutes_phase(self, meeting_id: str, end: MeetingEndReason) -> tuple[Meeting, Room]:
+        """The meeting is over and its minutes are written now: its end reason is stored while
+        it still runs, so that recovery knows the minutes phase had begun."""
+
+        async def job(tx: Tx) -> tuple[Meeting, Room]:
+            await tx.update("meetings", meeting_id, end_reason=end)
+            meeting: Meeting = await tx.get("meetings", meeting_id)
+            return meeting, await self.rooms.require(tx, meeting.room_id)
+
+        return await self.ctx.store.write(job)
+
+    async def _end(self, meeting_id: str, end: MeetingEndReason, error: str | None) -> None:
+        """Close the meeting; if delivering the minutes breaks the close, close it without them
+        (each accepted minutes recorded as undelivered, with why): a meeting left running holds
+        its members and its room for good."""
         try:
-            await self._close(meeting_id, end, error, minutes)
+            await self._close(meeting_id, end, error)
         except Exception as exc:
             log.exception("closing meeting %s failed", meeting_id)
-            if not minutes:
-                return
             reason = redact_text(f"delivering the minutes failed: {exc.__class__.__name__}: {exc}")
             with contextlib.suppress(Exception):
-                await self._close(meeting_id, "failed", reason, ())
+                await self._close(meeting_id, "failed", reason, undelivered=reason)
 
     async def _load(self, meeting_id: str) -> tuple[Meeting, Room, list[ChannelMessage]]:
         async with self.ctx.store.read() as tx:
@@ -188,23 +217,29 @@ class MeetingDriver:
             # An awaiting member whose turn ended while nobody told us enters now.
             for a in meeting.attendees:
                 if a.attendance == "awaiting" and not self.rooms.in_flight(a.agent_id):
-                    await self._admit(a.agent_id)
+                    meeting = await self._admit(a.agent_id) or meeting
             present = mt.present(meeting)
             # Turns given, not speeches committed: a failed speech is a turn too, or a meeting
             # whose every speech fails would never reach its cap.
             if mt.round_cap_reached(meeting.turns, len(present), meeting.max_rounds):
                 return "round_cap"
             transcript = entries(window, live.rendered)
-            decision, context = await self._moderate(
-                live, meeting, room, transcript, present, counts, last
+            decision, given = await self._moderate(
+                live, meeting, room, window, transcript, present, counts, last
             )
             if live.stop.is_set():
                 return "stopped"
             if decision.action == "adjourn":
                 return "adjourned"
-            assert decision.next is not None and context is not None
+            assert decision.next is not None and given is not None
+            meeting = given.meeting
+            if given.fresh:
+                # Whatever landed while the moderator decided (a human's interjection, a
+                # system note) is in the next speaker's prompt: every committed post is.
+                window = [*window, *given.fresh][-TRANSCRIPT_WINDOW:]
+                transcript = entries(window, live.rendered)
             meeting, window = await self.voices.speak(
-                live.stop, meeting, room, window, transcript, decision.next, counts, context
+                live.stop, meeting, room, window, transcript, decision.next, counts, given.context
             )
             counts[decision.next] = counts.get(decision.next, 0) + 1
             last = decision.next
@@ -214,15 +249,20 @@ class MeetingDriver:
         live: LiveMeeting,
         meeting: Meeting,
         room: Room,
+        window: Sequence[ChannelMessage],
         transcript: tuple[TranscriptEntry, ...],
         present: list[str],
         counts: dict[str, int],
         last: str | None,
-    ) -> tuple[mt.Decision, SpeakerContext | None]:
-        """The moderator's decision, recorded; for an invitation, read in the same transaction
-        what the invited speaker's prompt needs."""
+    ) -> tuple[mt.Decision, GivenTurn | None]:
+        """The moderator's decision, recorded; for an invitation, in the same transaction, the
+        turn's round stored on the meeting (the round every view shows), what the invited
+        speaker's prompt needs, and what was posted since ``window`` was read. With no moderator
+        model, rotation is the moderator: nothing failed, and nothing is recorded as failing."""
         runtime, agent = await self._moderator(meeting, room)
         roster = [a.agent_id for a in meeting.attendees]
+        awaiting = [a.agent_id for a in meeting.attendees if a.attendance == "awaiting"]
+        absent = [a.agent_id for a in meeting.attendees if a.attendance == "absent"]
         round_number = mt.round_of(meeting.turns, len(present))
         text: str | None = None
         failure: str | None = None
@@ -230,7 +270,8 @@ class MeetingDriver:
         invocation_id = new_ulid()
         started = self.ctx.clock.monotonic()
         if runtime is None:
-            failure = "no_moderator_model"
+            decision = mt.rotation(present, counts, last)
+            route = mt.ROTATION
         else:
             prompt = Prompt(
                 system=mt.moderator_prompt(
@@ -241,6 +282,8 @@ class MeetingDriver:
                     counts=counts,
                     round_number=round_number,
                     max_rounds=meeting.max_rounds,
+                    awaiting=awaiting,
+                    absent=absent,
                 ),
                 task=meeting.topic,
                 transcript=transcript,
@@ -254,12 +297,16 @@ class MeetingDriver:
                 text = result.text
             except RuntimeFailure as exc:
                 failure = exc.code
-        decision = mt.parse_decision(
-            text, present=present, counts=counts, last=last, failure=failure
-        )
-        route = redact_text(result.model_route) if result else meeting.moderator_route
+            decision = mt.parse_decision(
+                text, present=present, counts=counts, last=last, failure=failure
+            )
+            route = redact_text(result.model_route) if result else meeting.moderator_route
+        if live.stop.is_set():
+            # Stopped while the moderator decided: no decision, no turn, no round begun.
+            return decision, None
+        after = window[-1].seq if window else 0
 
-        async def job(tx: Tx) -> SpeakerContext | None:
+        async def job(tx: Tx) -> GivenTurn | None:
             if result is not None and agent is not None:
                 # The moderator's call costs whoever's runtime answered it.
                 await self.ctx.usage.record(
@@ -295,13 +342,24 @@ class MeetingDriver:
                     "next": decision.next,
                     "fallback": decision.fallback,
                     "model_route": route,
+                    "moderator": mt.ROTATION if runtime is None else "model",
                     "scripted": route.startswith("scripted"),
                 },
                 trace_id=meeting.id,
             )
             if decision.next is None:
                 return None
-            return await self.voices.context(tx, meeting, room, decision.next)
+            row: Meeting | None = await tx.get("meetings", meeting.id, for_update=True)
+            assert row is not None, f"meeting {meeting.id!r} is gone"
+            if row.round != round_number:
+                await tx.update("meetings", meeting.id, round=round_number)
+                row = row.model_copy(update={"round": round_number})
+                self._publish(tx, row)
+            context = await self.voices.context(tx, row, room, decision.next)
+            fresh = await tx.channel_messages(
+                meeting.channel_id, after_seq=after, latest=TRANSCRIPT_WINDOW
+            )
+            return GivenTurn(row, context, fresh)
 
         return decision, await self.ctx.store.write(job, eager=True)
 
@@ -325,10 +383,14 @@ class MeetingDriver:
         meeting_id: str,
         end: MeetingEndReason,
         error: str | None,
-        minutes: Sequence[Minutes],
         *,
         only_if_owner_dead: bool = False,
+        undelivered: str | None = None,
     ) -> Meeting | None:
+        """End a running meeting: restore its members, withdraw its pending turns, say why in
+        its transcript, and (after ``adjourned`` or ``round_cap``) deliver the minutes accepted,
+        record those never written as missing, and give each absentee its outcome notice.
+        ``undelivered``: delivery failed once; the accepted minutes are recorded as failed."""
         now = self.ctx.clock.now()
 
         async def job(tx: Tx) -> Meeting | None:
@@ -365,14 +427,18 @@ class MeetingDriver:
             note = {
                 "interrupted": "[Meeting interrupted] The hub stopped while it ran; the "
                 "transcript is kept.",
-                "stopped": "[Meeting stopped] An emergency stop ended it.",
+                "stopped": "[Meeting stopped] A stop ended it.",
                 "failed": f"[Meeting failed] {error or ''}",
             }.get(end, f"[Meeting adjourned] ({end})")
             await self.channels.post_as_system(tx, meeting.channel_id, note)
-            for record in minutes:
-                if record.status == "delivered":
-                    record = await self.voices.deliver_minutes(tx, meeting, record)
-                tx.insert("minutes", record)
+            if end in ("adjourned", "round_cap"):
+                await self._settle_minutes(tx, meeting, end)
+            elif undelivered is not None:
+                n = tx.table("minutes").c
+                for row in await tx.select(
+                    "minutes", n.meeting_id == meeting_id, n.status == "accepted"
+                ):
+                    await tx.update("minutes", row.id, status="failed", reason=undelivered)
             self.ctx.events.record(
                 tx,
                 "meeting.ended",
@@ -388,6 +454,39 @@ class MeetingDriver:
             return done
 
         return await self.ctx.store.write(job)
+
+    async def _settle_minutes(self, tx: Tx, meeting: Meeting, end: MeetingEndReason) -> None:
+        """Inside the close: every summoned member hears the outcome. Accepted minutes are
+        delivered; a present member with none (the hub died before it wrote them) is recorded
+        as missing, with why; a member that never entered gets the hub's outcome notice."""
+        n = tx.table("minutes").c
+        rows: list[Minutes] = await tx.select("minutes", n.meeting_id == meeting.id)
+        by_agent = {row.agent_id: row for row in rows}
+        for row in rows:
+            if row.status == "accepted":
+                sent = await self.voices.deliver_minutes(tx, meeting, row)
+                await tx.update("minutes", row.id, status="delivered", mail_id=sent.mail_id)
+        room: Room | None = await tx.get("rooms", meeting.room_id)
+        limit = room.config.minutes_limit if room is not None else DEFAULT_MINUTES_LIMIT
+        speeches: list[tuple[str, str]] | None = None
+        for a in meeting.attendees:
+            if a.agent_id in by_agent:
+                continue
+            if a.attendance == "present":
+                tx.insert("minutes", self.voices.missing_minutes(meeting, a.agent_id))
+                continue
+            if speeches is None:
+                messages = await tx.channel_messages(meeting.channel_id, limit=10_000)
+                speeches = [
+                    (m.sender_id, m.content)
+                    for m in messages
+                    if m.sender_kind in ("agent", "human")
+                ]
+            record = await self.voices.absentee_minutes(
+                tx, meeting, a.agent_id, end, speeches, limit
+            )
+            sent = await self.voices.deliver_minutes(tx, meeting, record)
+            tx.insert("minutes", sent)
 
     async def wait_idle(self) -> None:
         """Wait until no meeting of this hub is being driven (tests, demo, shutdown)."""

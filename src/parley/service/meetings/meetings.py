@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
@@ -93,6 +94,7 @@ class Meetings(MeetingDriver):
                     "it to end or stop it",
                     code="meeting_already_running",
                 )
+            await self._check_interval(tx, caller, room, escalation)
             rows = await self.rooms.member_rows(tx, room_id)
             by_id = {row.agent_id: row for row in rows}
             wanted = list(by_id) if spec.members is None else list(dict.fromkeys(spec.members))
@@ -206,10 +208,41 @@ class Meetings(MeetingDriver):
 
         return await self.ctx.store.write(job)
 
+    async def _check_interval(
+        self, tx: Tx, caller: Principal, room: Room, escalation: Escalation | None
+    ) -> None:
+        """The room's throttle (``min_meeting_interval_s``): an agent convenes at most once per
+        interval after the room's last meeting ended. A stall a pulse escalates bypasses it
+        (stuck right after a meeting is exactly when help is needed), and so do humans and the
+        operator: a person deciding to meet is not a loop to be throttled."""
+        if caller.kind != "agent" or escalation is not None:
+            return
+        me = tx.table("meetings").c
+        found: list[Meeting] = await tx.select(
+            "meetings", me.room_id == room.id, order_by=[me.id.desc()], limit=1
+        )
+        if not found:
+            return
+        last = found[0].ended or found[0].created
+        interval = timedelta(seconds=room.config.min_meeting_interval_s)
+        now = self.ctx.clock.now()
+        allowed, _ = mt.may_convene(now, last, min_interval=interval, stalled=False)
+        if not allowed:
+            wait = (last + interval - now).total_seconds()
+            raise Conflict(
+                f"room {room.id!r} met {int((now - last).total_seconds())}s ago; an agent may "
+                f"convene it again after {room.config.min_meeting_interval_s:g}s "
+                f"(min_meeting_interval_s), in {wait:.0f}s. A stall the pulse finds bypasses "
+                "this; a human may convene at any time",
+                code="meeting_throttled",
+                retry_after=round(max(wait, 0.001), 3),
+            )
+
     def _moderator_runtime_label(self, convener: Principal, room: Room) -> str:
         if moderates(convener):
             return f"convener:{convener.id}:{convener.runtime_kind}"
-        return f"room:{room.config.moderator_runtime.get('kind', 'none')}"
+        kind = room.config.moderator_runtime.get("kind", "none")
+        return mt.ROTATION if kind == "none" else f"room:{kind}"
 
     # -- humans, stop, queries, recovery ----------------------------------------------------------
     async def post(self, caller: Principal, meeting_id: str, content: str) -> ChannelMessage:
@@ -265,17 +298,44 @@ class Meetings(MeetingDriver):
                 where.append(me.room_id == member.room_id)
             running: list[Meeting] = await tx.select("meetings", *where)
             for m in running:
-                await tx.update("meetings", m.id, stop_requested=True)
-                self.ctx.events.record(
-                    tx,
-                    "meeting.stop_requested",
-                    actor=caller.id,
-                    subject=f"meeting:{m.id}",
-                    trace_id=m.id,
-                )
+                await self._request_stop(tx, caller, m, emergency=True)
             return [m.id for m in running]
 
-        ids = await self.ctx.store.write(job)
+        return await self._wait_stopped(await self.ctx.store.write(job))
+
+    async def stop_meeting(self, caller: Principal, meeting_id: str) -> Meeting:
+        """Stop one meeting (the one a person is looking at), not every meeting of the hub: by
+        anyone who may read it (an agent: its own room's). Returns it once it has ended."""
+
+        async def job(tx: Tx) -> list[str]:
+            meeting = await self._visible(tx, caller, meeting_id)
+            if meeting.status != "running":
+                raise Conflict(
+                    f"meeting {meeting_id!r} has already ended ({meeting.end_reason})",
+                    code="meeting_ended",
+                )
+            await self._request_stop(tx, caller, meeting, emergency=False)
+            return [meeting.id]
+
+        [stopped] = await self._wait_stopped(await self.ctx.store.write(job))
+        return stopped
+
+    async def _request_stop(
+        self, tx: Tx, caller: Principal, meeting: Meeting, *, emergency: bool
+    ) -> None:
+        await tx.update("meetings", meeting.id, stop_requested=True)
+        self.ctx.events.record(
+            tx,
+            "meeting.stop_requested",
+            actor=caller.id,
+            subject=f"meeting:{meeting.id}",
+            payload={"emergency": emergency},
+            trace_id=meeting.id,
+        )
+
+    async def _wait_stopped(self, ids: list[str]) -> list[Meeting]:
+        """Signal this hub's drivers of the meetings stopped and wait for them to end; another
+        hub's driver sees the stored request at its next turn."""
         for meeting_id in ids:
             live = self.live.get(meeting_id)
             if live is None:
@@ -435,13 +495,23 @@ class Meetings(MeetingDriver):
                     alive[owner] = await self.ctx.store.is_alive(owner)
                 if alive[owner]:
                     continue
-            closed = await self._close(
-                meeting.id,
-                "interrupted",
-                "the hub driving it stopped while the meeting ran",
-                (),
-                only_if_owner_dead=True,
-            )
+            if meeting.end_reason in ("adjourned", "round_cap"):
+                # It had ended and its minutes were being written: it ends as it ended, the
+                # minutes accepted are delivered, those never written recorded as missing.
+                closed = await self._close(
+                    meeting.id,
+                    meeting.end_reason,
+                    "the hub driving it stopped while the minutes were written; minutes not "
+                    "written by then are recorded as missing",
+                    only_if_owner_dead=True,
+                )
+            else:
+                closed = await self._close(
+                    meeting.id,
+                    "interrupted",
+                    "the hub driving it stopped while the meeting ran",
+                    only_if_owner_dead=True,
+                )
             if closed is not None:
                 out.append(closed)
         return out

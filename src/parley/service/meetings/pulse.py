@@ -86,18 +86,14 @@ class Pulse:
         result.signals = [s.as_dict() for s in signals]
         result.conclusion = mt.pulse_conclusion(signals)
         if signals:
-            allowed, why = mt.may_convene(
-                now,
-                last_meeting,
-                min_interval=timedelta(seconds=room.config.min_meeting_interval_s),
-                stalled=True,
+            # A stall bypasses the room's throttle of convening, and the result says so when
+            # the throttle would have held (stuck right after a meeting is when help is needed).
+            interval = timedelta(seconds=room.config.min_meeting_interval_s)
+            allowed, _ = mt.may_convene(now, last_meeting, min_interval=interval, stalled=False)
+            why = "stall" if allowed else "stall, bypassing min_meeting_interval_s"
+            result.escalated, result.reason, result.meeting_id = await self._escalate(
+                room, result.conclusion, why, triggered_by
             )
-            if allowed:
-                result.escalated, result.reason, result.meeting_id = await self._escalate(
-                    room, result.conclusion, why, triggered_by
-                )
-            else:
-                result.reason = why
         if last_log is None or (last_log.conclusion, last_log.reason) != (
             result.conclusion,
             result.reason,

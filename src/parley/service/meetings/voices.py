@@ -99,11 +99,16 @@ def entries(
 
 @dataclass(frozen=True)
 class SpeakerContext:
-    """What a speaker's prompt needs from the store besides the transcript: who is in the
-    meeting's channel (humans included) and the bounded projection of its own context."""
+    """What a speaker's prompt needs from the store besides the transcript: the humans in the
+    meeting's channel (present: they may speak at any time) and the bounded projection of its
+    own context."""
 
-    channel_members: list[str]
+    humans: list[str]
     projection: str
+
+
+async def _insert_minutes(record: Minutes, tx: Tx) -> None:
+    tx.insert("minutes", record)
 
 
 class Voices:
@@ -137,7 +142,17 @@ class Voices:
         )
         mail = [(subject, body) for _kind, subject, body in found.mail]
         projection = mt.project_context(found.work, mail, room.config.projection_chars)
-        return SpeakerContext(found.channel_members, projection)
+        # Every summoned member is in the channel, present or not: only the humans in it are
+        # present without being attendees (an agent convener that summoned others is not).
+        summoned = {a.agent_id for a in meeting.attendees}
+        humans = []
+        for member_id in found.channel_members:
+            if member_id in summoned:
+                continue
+            who = await self.identity.get(member_id, tx)
+            if who is not None and who.kind == "human":
+                humans.append(member_id)
+        return SpeakerContext(humans, projection)
 
     async def speak(
         self,
@@ -173,7 +188,6 @@ class Voices:
         except BudgetExhausted as refusal:
             return await record(1, "failed", route="", reason=refusal.code)
         limit = room.config.speech_limit
-        humans = [m for m in context.channel_members if m not in present]
         system = "\n\n".join(
             part
             for part in (
@@ -182,7 +196,9 @@ class Voices:
                     name=agent.display_name,
                     topic=meeting.topic,
                     convened_by=meeting.convened_by,
-                    present=[*present, *humans],
+                    present=[*present, *context.humans],
+                    awaiting=[a.agent_id for a in meeting.attendees if a.attendance == "awaiting"],
+                    absent=[a.agent_id for a in meeting.attendees if a.attendance == "absent"],
                     target=room.config.speech_target,
                     projection=context.projection,
                 ),
@@ -420,16 +436,23 @@ class Voices:
     # -- minutes (R8, R11) ------------------------------------------------------------------------
     async def write_minutes(self, meeting: Meeting, room: Room) -> list[Minutes]:
         """Each present member's own minutes by its own runtime, validated; a refused draft is
-        retried once with the reason, then recorded as failed."""
+        retried once with the reason, then recorded as failed. Each is stored as soon as it is
+        settled (``accepted``, delivered at the close, or ``failed``), so a hub that dies in the
+        minutes phase loses none; a member whose minutes are already stored is not asked
+        again."""
         async with self.ctx.store.read() as tx:
             messages = await tx.channel_messages(meeting.channel_id, limit=10_000)
         speeches = [m for m in messages if m.sender_kind in ("agent", "human")]
         transcript_chars = sum(len(m.content) for m in speeches)
         quoted = entries(speeches[-TRANSCRIPT_WINDOW:])
-        out: list[Minutes] = []
-        accepted: list[str] = []
+        async with self.ctx.store.read() as tx:
+            n = tx.table("minutes").c
+            stored: list[Minutes] = await tx.select("minutes", n.meeting_id == meeting.id)
+        done = {row.agent_id for row in stored}
+        out: list[Minutes] = list(stored)
+        accepted: list[str] = [row.text for row in stored if row.status != "failed"]
         for attendee in meeting.attendees:
-            if attendee.attendance != "present":
+            if attendee.attendance != "present" or attendee.agent_id in done:
                 continue
             agent = await self.identity.require(attendee.agent_id)
             runtime = self.runtime_for(agent)
@@ -467,24 +490,75 @@ class Voices:
                 instructions = f"Your draft was refused ({reason}); write it again."
             if reason is None:
                 accepted.append(text)
-            out.append(
-                Minutes(
-                    id=new_ulid(),
-                    meeting_id=meeting.id,
-                    agent_id=agent.id,
-                    status="delivered" if reason is None else "failed",
-                    text=text if reason is None else "",
-                    runtime=agent.runtime_kind,
-                    model_route=route[:300],
-                    attempts=attempts,
-                    reason=reason,
-                    created=self.ctx.clock.now(),
-                )
+            record = Minutes(
+                id=new_ulid(),
+                meeting_id=meeting.id,
+                agent_id=agent.id,
+                status="accepted" if reason is None else "failed",
+                text=text if reason is None else "",
+                runtime=agent.runtime_kind,
+                model_route=route[:300],
+                attempts=attempts,
+                reason=reason,
+                created=self.ctx.clock.now(),
             )
+            await self.ctx.store.write(functools.partial(_insert_minutes, record))
+            out.append(record)
         return out
 
+    def missing_minutes(self, meeting: Meeting, agent_id: str) -> Minutes:
+        """The record of minutes never written: the hub driving the meeting stopped first."""
+        return Minutes(
+            id=new_ulid(),
+            meeting_id=meeting.id,
+            agent_id=agent_id,
+            status="failed",
+            text="",
+            runtime="",
+            model_route="",
+            attempts=0,
+            reason="missing: the hub driving the meeting stopped before these minutes were written",
+            created=self.ctx.clock.now(),
+        )
+
+    async def absentee_minutes(
+        self,
+        tx: Tx,
+        meeting: Meeting,
+        agent_id: str,
+        end: str,
+        speeches: Sequence[tuple[str, str]],
+        limit: int,
+    ) -> Minutes:
+        """The minutes of a summoned member that never entered: the hub's short outcome notice
+        (it was not there to write its own), marked as written for an absentee."""
+        agent = await self.identity.get(agent_id, tx)
+        name = agent.display_name if agent is not None else agent_id
+        text = mt.absentee_notice(
+            agent_id=agent_id,
+            name=name,
+            topic=meeting.topic,
+            end_reason=end,
+            speeches=speeches,
+            limit=limit,
+        )
+        return Minutes(
+            id=new_ulid(),
+            meeting_id=meeting.id,
+            agent_id=agent_id,
+            status="delivered",
+            text=text,
+            runtime="hub",
+            model_route="",
+            attempts=0,
+            reason=mt.ABSENTEE_MARK,
+            created=self.ctx.clock.now(),
+        )
+
     async def deliver_minutes(self, tx: Tx, meeting: Meeting, record: Minutes) -> Minutes:
-        """A ``minutes`` mail, and a message in the member's work channel, which wakes it (C2)."""
+        """A ``minutes`` mail, and a message in the member's work channel, which wakes it (C2)
+        unless a turn of it runs there: that turn is not superseded by the minutes (a member
+        that never entered is still at work), and its next turn reads them."""
         msg = await self.mail.deliver_system(
             tx,
             record.agent_id,
@@ -497,14 +571,19 @@ class Voices:
         if agent is not None and agent.work_channel_id is not None:
             channel = await tx.get_channel(agent.work_channel_id, for_update=True)
             if channel is not None and channel.status == "active":
+                t = tx.table("tasks").c
+                busy = await tx.select(
+                    "tasks", t.channel_id == channel.id, t.status == "running", limit=1
+                )
                 trigger = await self.channels.append(
                     tx,
                     channel.id,
                     sender_id=MODERATOR_ID,
                     sender_kind="moderator",
                     content=mt.minutes_message(meeting.topic, record.text),
-                    trigger=True,
+                    trigger=not busy,
                     metadata={"meeting_id": meeting.id, "minutes": True},
                 )
-                await self.tasks.start_task(tx, channel, trigger)
+                if not busy:
+                    await self.tasks.start_task(tx, channel, trigger)
         return record.model_copy(update={"mail_id": msg.id})

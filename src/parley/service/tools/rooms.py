@@ -52,8 +52,9 @@ present/awaiting/absent members, the last `recent` transcript messages, end_reas
 ended; also your room's members and their states. You see only your own room."""
 
 STOP_MEETING = """\
-Emergency stop, no room id needed: stops every running meeting you may stop (yours: your \
-room's) and returns them once they have ended (end_reason stopped). A stopped meeting gets no \
+Stop a meeting. With meeting_id: stops that meeting only (one of your room's). Without: the \
+emergency stop, no room id needed: stops every running meeting you may stop (yours: your \
+room's). Returns them once they have ended (end_reason stopped). A stopped meeting gets no \
 minutes."""
 
 POST_BRIEF = f"""\
@@ -194,9 +195,19 @@ async def meeting_status(
 
 
 @agent_tool(STOP_MEETING)
-async def stop_meeting(call: ToolCall) -> dict[str, Any]:
-    stopped = [meeting_view(m) for m in await call.hub.meetings.stop(call.caller)]
-    return {"stopped": stopped, "count": len(stopped)}
+async def stop_meeting(
+    call: ToolCall,
+    meeting_id: Annotated[
+        str | None,
+        Field(max_length=64, description="just this meeting; default: the emergency stop"),
+    ] = None,
+) -> dict[str, Any]:
+    if meeting_id is not None:
+        meetings = [await call.hub.meetings.stop_meeting(call.caller, meeting_id)]
+    else:
+        meetings = await call.hub.meetings.stop(call.caller)
+    stopped = [meeting_view(m) for m in meetings]
+    return {"stopped": stopped, "count": len(stopped), "emergency": meeting_id is None}
 
 
 @agent_tool(POST_BRIEF)

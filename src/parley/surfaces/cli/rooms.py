@@ -417,10 +417,27 @@ def post(
 
 
 @room_app.command("stop")
-def stop(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Emergency stop of every running meeting you may stop; no room id needed.
+def stop(
+    ctx: typer.Context,
+    meeting_id: Annotated[
+        str | None,
+        typer.Argument(help="stop just this meeting; without it: the emergency stop of all"),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Stop one meeting, or (no meeting id) the emergency stop of every running meeting you may
+    stop.
 
     Returns once the meetings have ended (reason 'stopped')."""
+    if meeting_id is not None:
+        one = client(ctx).post(f"/v1/rooms/meetings/{meeting_id}/stop")
+        emit(
+            ctx,
+            as_json,
+            one,
+            lambda m: table("stopped meeting", MEETING_COLUMNS, meeting_rows([m])),
+        )
+        return
     stopped = client(ctx).post("/v1/rooms/stop")
 
     def render(ms: list[dict[str, Any]]) -> None:

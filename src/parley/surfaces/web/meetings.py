@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sse_starlette.sse import EventSourceResponse
 
-from parley.core.errors import PermissionDenied
+from parley.core.errors import InvalidRequest, PermissionDenied
 from parley.core.events import Event
 from parley.core.identity import Principal
 from parley.core.meetings import roll_call
@@ -253,12 +253,34 @@ async def interject(request: Request, action: ActionDep, meeting_id: str) -> Red
 
 @router.post("/meetings/stop")
 async def emergency_stop(request: Request, action: ActionDep) -> RedirectResponse:
-    """Stop every running meeting the viewer may stop; answers once they have ended."""
+    """The emergency stop: every running meeting the viewer may stop, once it is confirmed (a
+    person on one meeting's page means that meeting); answers once they have ended."""
     viewer, form = action
     hub = hub_of(request)
     where = form.get("back", "")
     if not where.startswith(f"{PREFIX}/meetings"):
         where = f"{PREFIX}/meetings"  # only ever back to a meetings page of this UI
+
+    async def run() -> object:
+        if form.get("confirm") != "every-meeting":
+            raise InvalidRequest(
+                "the emergency stop ends every running meeting you may stop; tick the "
+                "confirmation to mean it, or stop just this meeting",
+                code="confirmation_required",
+            )
+        return await hub.meetings.stop(viewer.principal)
+
+    return await attempt(viewer, run, "Every running meeting stopped.", where)
+
+
+@router.post("/meetings/{meeting_id}/stop")
+async def stop_meeting(request: Request, action: ActionDep, meeting_id: str) -> RedirectResponse:
+    """Stop this one meeting; answers once it has ended."""
+    viewer, _form = action
+    hub = hub_of(request)
     return await attempt(
-        viewer, lambda: hub.meetings.stop(viewer.principal), "Meetings stopped.", where
+        viewer,
+        lambda: hub.meetings.stop_meeting(viewer.principal, meeting_id),
+        "Meeting stopped.",
+        f"{PREFIX}/meetings/{meeting_id}",
     )

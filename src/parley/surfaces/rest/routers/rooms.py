@@ -174,6 +174,13 @@ async def post_brief(body: BriefRequest, caller: Caller, hub: HubDep) -> Brief:
     return await hub.rooms.post_brief(caller, body.text)
 
 
+@router.post("/v1/rooms/meetings/{meeting_id}/stop", response_model=MeetingView)
+async def stop_meeting(meeting_id: str, caller: Caller, hub: HubDep) -> MeetingView:
+    """Stop this one meeting (humans and the operator: any; an agent: its own room's) and answer
+    once it has ended (reason ``stopped``); 409 ``meeting_ended`` when it already had."""
+    return meeting_view(await hub.meetings.stop_meeting(caller, meeting_id))
+
+
 @router.get("/v1/rooms/meetings/{meeting_id}", response_model=MeetingView)
 async def get_meeting(meeting_id: str, caller: Caller, hub: HubDep) -> MeetingView:
     return meeting_view(await hub.meetings.get(caller, meeting_id))
