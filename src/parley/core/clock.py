@@ -16,6 +16,20 @@ class SystemClock:
         return time.monotonic()
 
 
+def as_utc(dt: datetime) -> datetime:
+    """``dt`` in UTC; a time without an offset is taken as UTC (the hub's time). A time at the
+    edge of the calendar whose offset takes it past year 1 or 9999 in UTC becomes the first or
+    last time there is: as a bound of a time filter it means just the same (nothing stored lies
+    beyond), and a filter is no reason to fail."""
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if dt.year == datetime.min.year else datetime.max
+        return edge.replace(tzinfo=UTC)
+
+
 def iso(dt: datetime | None) -> str | None:
     """Format a UTC timestamp as ISO-8601 with a ``Z`` suffix."""
     if dt is None:

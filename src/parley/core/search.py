@@ -9,11 +9,12 @@ a channel message the channel's members, creator and owner, and the operator.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from parley.core.clock import as_utc
 from parley.core.errors import InvalidRequest
 
 SearchSource = Literal["mail", "channel"]
@@ -43,7 +44,7 @@ class SearchQuery(BaseModel):
         """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return as_utc(value)
 
     limit: int = Field(default=50, ge=1, le=200)
 

@@ -10,11 +10,12 @@ what one agent or one worker tree may spend; a turn asked for once it is spent i
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
+from parley.core.clock import as_utc
 from parley.core.errors import Conflict, InvalidRequest
 
 UsageGroup = Literal["agent", "day", "model", "tree", "discussion", "meeting", "channel"]
@@ -82,7 +83,7 @@ class UsageFilter(BaseModel):
         """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return as_utc(value)
 
 
 class Budget(BaseModel):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from parley.core.clock import as_utc
 from parley.core.events import Event
 from parley.core.ids import new_ulid
 from parley.core.ports import Bus, Clock, Page, Tx
@@ -110,7 +111,7 @@ class EventLog:
         if before:
             where.append(e.id < before)
         if since is not None:
-            where.append(e.time >= since.astimezone(UTC))
+            where.append(e.time >= as_utc(since))
         rows: list[Event] = await tx.select("events", *where, order_by=[e.id.desc()], limit=limit)
         return rows
 
