@@ -103,6 +103,10 @@ class TaskLoop:
         self.runtime_for = runtime_for
         self.toolbox_for = toolbox_for
         self.live: dict[str, LiveTask] = {}
+        # Runs that have left ``live`` and are recording their end (the commit, then the
+        # finished hooks: a child's result, a meeting's next step): waiting for idle waits for
+        # them too, or it could return before what a task's end sets off was stored.
+        self.ending: set[asyncio.Task[Any]] = set()
         # Set when the hub stops: a task whose row commits after that is not started here (its
         # row says running, and recovery ends it as interrupted, as after any stop).
         self.stopping = False
@@ -149,9 +153,16 @@ class TaskLoop:
             log.exception("task %s failed", task.id)
             end, error = "failed", redact_text(f"{exc.__class__.__name__}: {exc}")
         finally:
+            runner = asyncio.current_task()
+            if runner is not None:
+                self.ending.add(runner)
             self.live.pop(task.id, None)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._finish(task, end or "failed", failed_member, error))
+            try:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._finish(task, end or "failed", failed_member, error))
+            finally:
+                if runner is not None:
+                    self.ending.discard(runner)
 
     async def _rounds(
         self, live: LiveTask, context: _Context

@@ -273,8 +273,15 @@ class TaskRunner(TaskLoop):
         return any(live.speaking == agent_id for live in self.live.values())
 
     async def wait_idle(self) -> None:
-        """Wait until no task of this hub is running (tests, demo, shutdown)."""
-        await runners.wait_all(self.live)
+        """Wait until no task of this hub is running or still recording its end (tests, demo,
+        shutdown)."""
+        me = asyncio.current_task()
+        while True:
+            await runners.wait_all(self.live)
+            ending = [runner for runner in self.ending if runner is not me]
+            if not ending and not self.live:
+                return
+            await asyncio.gather(*ending, return_exceptions=True)
 
     async def recover(self) -> list[Task]:
         """End the tasks of hubs that are gone or whose lease ran out: on start, and on every
