@@ -267,7 +267,7 @@ def nesting(nodes: list[dict[str, Any]]) -> tuple[int, list[str]]:
 
 def list_depths(html: str) -> tuple[int, int]:
     """How deep the lists of a page's drawn tree nest, and how many are left open at its end."""
-    tree = html[html.index('<ul class="tree">') : html.index("<h2>Takeovers")]
+    tree = html[html.index('<ul class="tree"') : html.index("<h2>Takeovers")]
     depth = deepest = 0
     for tag in re.findall(r"</?ul\b", tree):
         depth += -1 if tag.startswith("</") else 1
@@ -320,7 +320,7 @@ async def test_a_tree_made_deeper_than_the_limit_still_reads_and_its_creator_con
         for worker_id in (root.id, deepest.id):
             page = await browser.get(f"/ui/workers/{worker_id}")
             assert page.status_code == 200, page.text
-            assert set(re.findall(r'data-worker="([^"]+)"', page.text)) == everyone
+            assert set(re.findall(r'data-worker="(w-[^"]+)"', page.text)) == everyone
             assert list_depths(page.text) == (limit + 1, 0)
 
     r = await client.post(f"/v1/workers/{deepest.id}/cancel", json={"reason": "not needed"})
