@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.core.errors import ParleyError
 from parley.core.identity import Principal
+from parley.core.limits import check_text
 from parley.service.hub import Hub
 from parley.surfaces.rest import errors
 from parley.surfaces.rest.deps import CALLER
@@ -65,6 +66,9 @@ class NameResolver:
             ref, sep, rest = path[len(prefix) :].partition("/")
             if not ref or ref in words or full.fullmatch(ref):
                 return None
+            # Text no store can hold (a NUL) is refused as the route would refuse it, before
+            # it reaches a lookup.
+            check_text(ref, f"{kind} reference")
             found = await self._resolvers[kind](caller, ref)
             if found is None or found == ref:
                 return None
