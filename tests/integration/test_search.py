@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from alembic import command
+from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from parley.adapters.store import migrate
@@ -178,3 +179,40 @@ async def test_a_time_with_an_offset_is_the_same_instant(
     assert {h.snippet for h in await hub.search.find(operator, later)} == {
         "Parsers are next quarter's plan."
     }
+
+
+# -- SQLite: rows stored since the last search are indexed by the next ---------------------------
+async def raw(hub: Hub, sql: str, **params: Any) -> None:
+    async def job(tx: Any) -> None:
+        await tx.execute(sql_text(sql), params)
+
+    await hub.store.write(job)
+
+
+async def test_sqlite_indexes_at_search_what_was_stored_since_the_last_one(
+    sqlite_only: None, hub: Hub, operator: Principal, world: dict[str, Any]
+) -> None:
+    # A first search indexes every row so far; the newest mail is then deleted, and the next
+    # one stored takes its rowid: only an index made anew finds it.
+    assert len(await hub.search.find(operator, SearchQuery(text="tokenizer"))) == 1
+    newest = (await hub.search.find(operator, SearchQuery(text="fixed", source="mail")))[0]
+    await raw(hub, "DELETE FROM messages WHERE id = :id", id=newest.id)
+    await hub.mail.send(
+        world["alice"], SendRequest(to="bob", kind="info", subject="Later", body="Lexer notes.")
+    )
+    hits = await hub.search.find(operator, SearchQuery(text="lexer"))
+    assert [h.subject for h in hits] == ["Later"]
+    assert await hub.search.find(operator, SearchQuery(text="fixed", source="mail")) == []
+    # A row's text changed after it was indexed is found by its new words, and once; so is
+    # one changed before any search indexed it.
+    await raw(hub, "UPDATE messages SET body = 'Grammar notes.' WHERE subject = 'Later'")
+    assert [h.subject for h in await hub.search.find(operator, SearchQuery(text="grammar"))] == [
+        "Later"
+    ]
+    assert await hub.search.find(operator, SearchQuery(text="lexer")) == []
+    await hub.mail.send(
+        world["bob"], SendRequest(to="alice", kind="info", subject="Again", body="Draft one.")
+    )
+    await raw(hub, "UPDATE messages SET body = 'Draft two.' WHERE subject = 'Again'")
+    hits = await hub.search.find(operator, SearchQuery(text="draft"))
+    assert [(h.subject, h.snippet) for h in hits] == [("Again", "Draft two.")]

@@ -208,6 +208,13 @@ class Store(Protocol):
         it (the hop to the writer is then pure latency, and there is nothing to batch)."""
         ...
 
+    async def refresh_search_index(self) -> None:
+        """Bring the full-text index up to date with what is stored, before a search: where
+        the store keeps that index itself (SQLite), the rows stored since the last search are
+        indexed now, so storing a message pays nothing for search; where the database keeps
+        it with every row (PostgreSQL), nothing."""
+        ...
+
     async def storage_state(self) -> Literal["ok", "full"]:
         """``full`` while writes are refused because the disk holding the store is full
         (``storage_full``); asked then, the store checks whether space has returned."""

@@ -18,5 +18,6 @@ class Search:
         the channels it belongs to, created or owns; every one for the operator."""
         words = terms(query.text)
         viewer = None if caller.is_operator else caller.id
+        await self.ctx.store.refresh_search_index()
         async with self.ctx.store.read() as tx:
             return await tx.search(query, words, viewer)

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, column, exists, literal_column, or_, select, table, text
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    column,
+    exists,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+)
 
 from parley.adapters.store import schema as s
 from parley.core.search import SearchQuery
@@ -120,3 +131,71 @@ def channel_statement(
         .order_by(cm.created.desc(), cm.id.desc())
         .limit(query.limit)
     )
+
+
+# -- SQLite: rows stored since the last search are indexed by the next ---------------------------
+# (FTS table, content table, indexed columns), as migration 0007 made them.
+SQLITE_INDEXES = (
+    ("mail_fts", "messages", "subject, body"),
+    ("channel_fts", "channel_messages", "content"),
+)
+
+
+async def catch_up(tx: Any) -> int:
+    """Index the rows stored since the index was last brought up to date, in the write
+    transaction ``tx`` (a ``SqlTx`` on SQLite); the number of rows indexed.
+
+    A row's place in its table is its rowid, which grows as rows are stored. ``search_progress``
+    holds the newest row indexed, by rowid and id: when that row is no longer at that rowid (a
+    VACUUM renumbered the table, or the row was deleted, after which a new row may take its
+    rowid), the index is made anew, which is rare and always right."""
+    indexed = 0
+    for fts, table_name, cols in SQLITE_INDEXES:
+        progress = (
+            await tx.execute(
+                text("SELECT last_rowid, last_id FROM search_progress WHERE name = :name").columns(
+                    column("last_rowid", Integer), column("last_id", String)
+                ),
+                {"name": fts},
+            )
+        ).mapping()
+        last_rowid = int(progress["last_rowid"]) if progress else 0
+        last_id = progress["last_id"] if progress else None
+        if last_id is not None:
+            at = (
+                await tx.execute(
+                    text(f"SELECT rowid FROM {table_name} WHERE id = :id").columns(
+                        column("rowid", Integer)
+                    ),
+                    {"id": last_id},
+                )
+            ).scalar()
+            if at != last_rowid:
+                await tx.execute(text(f"DELETE FROM {fts}"))
+                last_rowid = 0
+        top = (
+            await tx.execute(
+                text(f"SELECT rowid, id FROM {table_name} ORDER BY rowid DESC LIMIT 1").columns(
+                    column("rowid", Integer), column("id", String)
+                )
+            )
+        ).mapping()
+        if top is None or int(top["rowid"]) == last_rowid:
+            continue
+        added = await tx.execute(
+            text(
+                f"INSERT INTO {fts}(id, {cols}) SELECT id, {cols} FROM {table_name} "
+                "WHERE rowid > :after AND rowid <= :upto"
+            ),
+            {"after": last_rowid, "upto": int(top["rowid"])},
+        )
+        indexed += added.rowcount
+        await tx.execute(
+            text(
+                "INSERT INTO search_progress(name, last_rowid, last_id) "
+                "VALUES (:name, :rowid, :id) ON CONFLICT(name) DO UPDATE SET "
+                "last_rowid = excluded.last_rowid, last_id = excluded.last_id"
+            ),
+            {"name": fts, "rowid": int(top["rowid"]), "id": top["id"]},
+        )
+    return indexed

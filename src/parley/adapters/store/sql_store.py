@@ -284,6 +284,10 @@ class SqlStore:
         await tx.flush()
         await tx.delete("events", probe.id)
 
+    async def refresh_search_index(self) -> None:
+        """Nothing here: the database keeps its full-text index with every row (PostgreSQL);
+        ``SqliteStore`` keeps its own."""
+
     async def storage_state(self) -> Literal["ok", "full"]:
         """``ok``, or ``full`` from the moment a write is refused for lack of disk space until
         a write that needs room (``_probe_space``, tried at each call meanwhile) commits. A

@@ -42,6 +42,7 @@ from sqlalchemy.pool import StaticPool
 from parley.adapters.store import migrate
 from parley.adapters.store import queries as q
 from parley.adapters.store import schema as s
+from parley.adapters.store import search as fts
 from parley.adapters.store.sql import SqlTx
 from parley.adapters.store.sql_store import SqlStore
 from parley.adapters.store.statements import SQLITE, Convert, Query, convert_rows
@@ -346,6 +347,10 @@ class SqliteStore(SqlStore):
             "Give parley a file of its own: another data root (--home, PARLEY_HOME) or "
             "PARLEY_DATABASE_URL=sqlite:///<path>.",
         )
+
+    async def refresh_search_index(self) -> None:
+        """Index the rows stored since the last search (``search.catch_up``), in one write."""
+        await self.write(fts.catch_up)
 
     async def close(self) -> None:
         if self._checkpointer is not None:
