@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 
 class SystemClock:
@@ -35,3 +38,7 @@ def iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+UtcTime = Annotated[datetime, AfterValidator(as_utc)]
+"""A time a filter compares with stored times, which are UTC: taken in UTC (``as_utc``)."""

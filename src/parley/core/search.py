@@ -12,9 +12,9 @@ import re
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
-from parley.core.clock import as_utc
+from parley.core.clock import UtcTime
 from parley.core.errors import InvalidRequest
 
 SearchSource = Literal["mail", "channel"]
@@ -35,16 +35,8 @@ class SearchQuery(BaseModel):
     kind: str | None = None
     """A mail kind (task, report, ...) or a channel kind (group, discussion, ...)."""
     channel_id: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-    @field_validator("since", "until")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
-        if value is None:
-            return None
-        return as_utc(value)
+    since: UtcTime | None = None
+    until: UtcTime | None = None
 
     limit: int = Field(default=50, ge=1, le=200)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
-from parley.core.clock import as_utc
+from parley.core.clock import UtcTime
 from parley.core.errors import Conflict, InvalidRequest
 
 UsageGroup = Literal["agent", "day", "model", "tree", "discussion", "meeting", "channel"]
@@ -74,16 +74,8 @@ class UsageFilter(BaseModel):
     discussion_id: str | None = None
     meeting_id: str | None = None
     worker_tree: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-    @field_validator("since", "until")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        """Times compare in UTC (a time without an offset is taken as UTC), as they are stored."""
-        if value is None:
-            return None
-        return as_utc(value)
+    since: UtcTime | None = None
+    until: UtcTime | None = None
 
 
 class Budget(BaseModel):
