@@ -26,10 +26,12 @@ def transcript_of(turn: Turn) -> list[dict[str, Any]]:
     return data
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], what: str, *, bound_s: float = WAIT_S
+) -> None:
     """Poll an observable condition until it holds, failing after a bounded deadline."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
+    deadline = loop.time() + bound_s
     while not await check():
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

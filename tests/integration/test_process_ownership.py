@@ -250,10 +250,10 @@ def start_tree(env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A process that starts a tool in a session of its own and waits: a supervisor whose hub
     died and that was itself stopped before it could end its tree."""
     code = (
-        "import subprocess, sys, time\n"
+        "import subprocess, sys, threading\n"
         "t = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
         "print(t.pid, flush=True)\n"
-        "time.sleep(600)\n"
+        "threading.Event().wait()  # until it is killed\n"
     )
     return subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, **env}

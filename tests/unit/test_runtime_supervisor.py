@@ -17,12 +17,12 @@ from tests.fakes.processes import is_gone, wait_gone
 
 # Starts a tool in a session of its own, prints its pid, and waits (or exits with status 3).
 TREE = (
-    "import subprocess, sys, time\n"
+    "import subprocess, sys, threading\n"
     "t = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
     "print(t.pid, flush=True)\n"
     "if sys.argv[1] == 'exit':\n"
     "    sys.exit(3)\n"
-    "time.sleep(600)\n"
+    "threading.Event().wait()  # until it is killed\n"
 )
 
 
