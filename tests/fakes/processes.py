@@ -11,7 +11,8 @@ def is_gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie waiting for its new parent to reap it counts)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # The entry can vanish between opening and reading it (ESRCH): the process is gone.
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
