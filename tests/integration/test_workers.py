@@ -528,3 +528,31 @@ async def test_a_heartbeat_for_all_of_an_agents_workers_is_one_commit(
         (first.id, "running", True),
     ]
     assert await hub.workers.heartbeat_all(operator) == []
+
+
+async def test_a_takeover_whose_turn_a_newer_post_supersedes_is_consumed_not_left_pending(
+    hub: Hub, operator, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    coder = await scripted(make_agent, runtimes, "coder")
+    coder.gate("port the CLI")
+    envelope_gate = coder.gate("use Typer")
+    root = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="port the CLI"))
+    await coder.started["port the CLI"].wait()
+    outcome = await hub.workers.takeover(operator, root.id, "use Typer", timeout_s=30)
+    await coder.started["use Typer"].wait()
+    # A person posts while the envelope's turn runs: the newer post supersedes that turn, and
+    # the turn it starts reads the envelope in its transcript.
+    await hub.channels.post(operator, root.channel_id, "and keep --json everywhere")
+    envelope_gate.set()
+    await hub.tasks.wait_idle()
+    after = await hub.workers.get(operator, root.id)
+    assert after.pending_takeover_message_id is None
+    assert after.state == "idle"
+    assert any("use Typer" in e.content for e in coder.turns[-1].prompt.transcript)
+    mail = await hub.mail.get(operator, outcome.message_id)
+    assert mail.consumed_at is not None
+    # The worker is not wedged: another takeover is accepted.
+    again = await hub.workers.takeover(operator, root.id, "ship it", timeout_s=30)
+    await hub.tasks.wait_idle()
+    assert (await hub.workers.get(operator, root.id)).pending_takeover_message_id is None
+    assert again.message_id != outcome.message_id

@@ -123,26 +123,36 @@ class Workers(WorkerRecords):
     async def _turn_finished(self, tx: Tx, task: Task, why: str | None = None) -> None:
         w = tx.table("workers").c
         rows: list[Worker] = await tx.select(
-            "workers", w.channel_id == task.channel_id, w.task_id == task.id, limit=1
+            "workers",
+            w.channel_id == task.channel_id,
+            w.state.not_in(sorted(wk.TERMINAL)),
+            limit=2,
         )
-        if not rows or rows[0].terminal:
-            return
-        worker = await self.load(tx, rows[0].id, for_update=True)
-        if worker.task_id != task.id or worker.terminal:
-            return  # superseded by a newer turn, or ended meanwhile (cancel, report_result)
+        for row in rows:
+            worker = await self.load(tx, row.id, for_update=True)
+            if worker.terminal:
+                continue  # ended meanwhile (cancel, report_result)
+            if worker.task_id == task.id:
+                await self._worker_turn_finished(tx, worker, task, why)
+            elif await self._is_takeover_turn(tx, worker, task):
+                # A takeover's own turn superseded by a newer post still consumed the
+                # takeover: the envelope is in the channel, so the newer turn reads it; left
+                # pending, the mark would refuse every later takeover.
+                await worker_control.consume_takeover(self, tx, worker, task.end_reason or "")
+
+    async def _worker_turn_finished(
+        self, tx: Tx, worker: Worker, task: Task, why: str | None
+    ) -> None:
         end = task.end_reason or "failed"
         now = self.ctx.clock.now()
         if worker.pending_takeover_message_id is not None and why is not None:
             # Its hub died (or stopped renewing) mid-takeover: no turn of that hub will deliver
             # or finish the takeover, so it is held for the resume to re-deliver.
             worker = await worker_control.hold_takeover(self, tx, worker, why)
-        elif worker.pending_takeover_message_id is not None:
+        elif await self._is_takeover_turn(tx, worker, task):
             # Only the turn the envelope started consumes the takeover: the interrupted turn may
             # still have ended with a reply of its own before the cancel reached it.
-            trigger: ChannelMessage | None = await tx.get("channel_messages", task.trigger_id)
-            pending = worker.pending_takeover_message_id
-            if trigger is not None and trigger.metadata.get("takeover_message_id") == pending:
-                worker = await worker_control.consume_takeover(self, tx, worker, end)
+            worker = await worker_control.consume_takeover(self, tx, worker, end)
         if end in ("replied", "dormant"):
             reply = await self._reply_of(tx, task)
             if worker.parent_worker_id is not None:
@@ -173,6 +183,14 @@ class Workers(WorkerRecords):
         if end in ("replied", "dormant", "failed"):
             # A result its parent blocked on, held back while this turn ran, wakes it now.
             await worker_results.wake_after_turn(self, tx, await self.load(tx, worker.id))
+
+    async def _is_takeover_turn(self, tx: Tx, worker: Worker, task: Task) -> bool:
+        """Whether ``task`` is the turn the worker's pending takeover envelope started."""
+        pending = worker.pending_takeover_message_id
+        if pending is None:
+            return False
+        trigger: ChannelMessage | None = await tx.get("channel_messages", task.trigger_id)
+        return trigger is not None and trigger.metadata.get("takeover_message_id") == pending
 
     async def _reply_of(self, tx: Tx, task: Task) -> ChannelMessage | None:
         c = tx.table("channel_messages").c
