@@ -267,3 +267,28 @@ async def test_the_resume_after_a_crash_names_the_workers_task_and_the_note_spea
         assert TASK + ", step two" in task.splitlines()[0]
     finally:
         await second.stop()
+
+
+async def test_a_held_takeover_outlives_its_mails_ttl_and_is_redelivered_on_resume(
+    settings: Settings, clock: FakeClock
+) -> None:
+    first, token, operator, worker = await first_hub(settings, clock)
+    mail_id = await cut_mid_takeover(first, operator, worker, injected=False)
+    await first.stop()
+
+    coder = Coder()
+    second = await restarted(settings, clock, coder, token)
+    try:
+        operator = await second.identity.authenticate(token)
+        # The worker is resumed two days later: the takeover mail's TTL has passed meanwhile.
+        clock.advance(2 * 86400)
+        expired = await second.mail.expire_due()
+        assert mail_id in [m.id for m in expired]
+        await second.workers.resume(operator, worker.id)
+        await second.tasks.wait_idle()
+        task = coder.turns[-1].prompt.task
+        assert "[TAKEOVER]" in task and INSTRUCTION in task
+        assert (await second.mail.get(operator, mail_id)).consumed_at is not None
+        assert (await second.workers.get(operator, worker.id)).pending_takeover_message_id is None
+    finally:
+        await second.stop()

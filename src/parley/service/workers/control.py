@@ -200,14 +200,15 @@ async def working_on(tx: Tx, worker: Worker) -> str:
 async def _held_takeovers(tx: Tx, worker: Worker) -> list[Message]:
     """The worker's takeovers a hub crash cut and recovery held, oldest first: its takeover
     mail that no turn consumed (a takeover's own turn, or a newer takeover, consumes it), other
-    than the one in progress."""
+    than the one in progress. Expired mail counts: a takeover is an instruction about the
+    worker, waiting for it to run again, not news that goes stale while nobody reads it."""
     m = tx.table("messages").c
     rows: list[Message] = await tx.select(
         "messages",
         m.to_kind == "session",
         m.to_id == worker.session_id,
         m.kind == "takeover",
-        m.status.in_(["pending", "delivered"]),
+        m.status.in_(["pending", "delivered", "expired"]),
         m.consumed_at.is_(None),
         order_by=[m.seq],
     )
