@@ -17,7 +17,7 @@ from parley.service.meetings.meetings import ConveneSpec
 from parley.service.workers.records import StartSpec
 from tests.conftest import AgentHandle, MakeAgent
 from tests.fakes.anthropic_server import FakeAnthropicServer
-from tests.fakes.model_server import FakeModelServer, FakeReply
+from tests.fakes.model_server import FakeCall, FakeModelServer, FakeReply
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.discussion_support import invocations
 from tests.integration.meeting_support import room_with
@@ -262,3 +262,23 @@ async def test_a_spent_tree_budget_refuses_the_trees_turns(
     refused = await boss.post(f"/v1/workers/{worker.id}/spawn", json={"prompt": "help"})
     assert refused.status_code == 409, refused.text
     assert refused.json()["code"] == "budget_exhausted"
+
+
+async def test_a_turn_that_fails_after_calling_the_model_is_booked_what_it_used(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, model: FakeModelServer, kind: str
+) -> None:
+    alice = await make_agent("alice", runtime=runtime_of(kind, model))
+    # One round of tool calls, then a reply cut by the token limit: the turn fails, and both
+    # calls to the model were paid for.
+    model.script(
+        FakeReply(text="", calls=[FakeCall("list_agents", {})]),
+        FakeReply(text="The agents are", stop="length" if kind == "openai" else "max_tokens"),
+    )
+    task = await wake(hub, operator, alice, "Who is here?")
+    assert task.end_reason == "failed"
+    async with hub.store.read() as tx:
+        u = tx.table("turn_usage").c
+        booked = await tx.select("turn_usage", u.agent_id == "alice")
+    assert [(r.input_tokens, r.output_tokens) for r in booked] == [(2 * INPUT, 2 * OUTPUT)]
+    [call] = await invocations(hub, task.id)
+    assert call.outcome == "failed" and booked[0].id == call.id

@@ -82,3 +82,24 @@ async def test_a_codex_turn_books_its_tokens_and_cached_input(
     assert (booked.input_tokens, booked.output_tokens, booked.cache_read_tokens) == (42, 7, 30)
     # Codex names no model in its events: the agent's configured one is booked.
     assert booked.model == "gpt-5-codex" and booked.cost_usd is None
+
+
+async def test_a_failed_claude_turn_is_booked_its_own_cost(
+    hub: Hub, operator: Principal, make_agent: MakeAgent
+) -> None:
+    runtime = {
+        "kind": "command",
+        "protocol": "claude-stream-json",
+        "argv": [sys.executable, str(FAKES / "fake_claude.py"), "error"],
+    }
+    coder = await make_agent("coder", runtime=runtime)
+    work = coder.principal.work_channel_id
+    assert work is not None
+    await turn(hub, operator, work, "first")
+    await turn(hub, operator, work, "second")
+    tasks = await hub.tasks.latest_of_channel(operator, work, 2)
+    assert [t.end_reason for t in tasks] == ["failed", "failed"]
+    # Each failed turn is booked what it used; the second only its own cost, not the first's.
+    booked = await records(hub, "coder")
+    assert [(r.input_tokens, r.output_tokens) for r in booked] == [(11, 5), (11, 5)]
+    assert [r.cost_usd for r in booked] == [pytest.approx(COST_PER_TURN)] * 2

@@ -23,6 +23,7 @@ from parley.core.identity import Principal
 from parley.service.hub import Hub
 from parley.service.workers.records import StartSpec
 from tests.conftest import MakeAgent
+from tests.fakes.fake_claude import COST_PER_TURN
 from tests.fakes.processes import is_gone, wait_gone
 from tests.fakes.ready import ReadyListener
 
@@ -112,6 +113,13 @@ async def test_takeover_interrupts_a_claude_code_turn_mid_stream_in_the_same_pro
     assert types[-1] == "worker.idle"
     mail = await hub.mail.get(operator, outcome.message_id)
     assert mail.kind == "takeover" and mail.consumed_at is not None
+    # The cut turn is booked what its interrupted result states; the takeover's turn only its
+    # own cost (the process restates a running total).
+    async with hub.store.read() as tx:
+        u = tx.table("turn_usage").c
+        booked = await tx.select("turn_usage", u.agent_id == "coder", order_by=[u.created, u.id])
+    assert [r.id for r in booked][0] == call.id and len(booked) == 2
+    assert [r.cost_usd for r in booked] == [pytest.approx(COST_PER_TURN)] * 2
 
 
 async def test_cancel_kills_the_process_group_of_a_blocked_text_command(

@@ -26,7 +26,10 @@ class to a status (REST) or a tool error (MCP) and always pass the code through 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from parley.core.runtime import Usage
 
 
 class ParleyError(Exception):
@@ -177,3 +180,12 @@ class RuntimeFailure(ParleyError):
         )
         self.reason: FailureReason = reason
         self.stop_reason = stop_reason
+        self.usage: Usage | None = None
+        """What the failed turn used before it failed, when the runtime knows: a failed turn
+        is paid for too."""
+
+    def charged(self, usage: Usage) -> RuntimeFailure:
+        """Attach what the turn used before failing (kept if one is already attached)."""
+        if self.usage is None and usage.reported:
+            self.usage = usage
+        return self

@@ -86,29 +86,34 @@ class AnthropicRuntime:
         messages: list[dict[str, Any]] = [{"role": "user", "content": turn.prompt.user_text()}]
         system = system_text(turn.prompt, tools)
         rounds = ToolRounds(self.model_route, tools)
-        while True:
-            message = await self._create(system, messages, deadline_s, extra, options)
-            used = message.usage
-            rounds.used(
-                used.input_tokens,
-                used.output_tokens,
-                model=str(message.model or self.config.model),
-                cache_read=int(getattr(used, "cache_read_input_tokens", None) or 0),
-                cache_write=int(getattr(used, "cache_creation_input_tokens", None) or 0),
-            )
-            if tools is not None and message.stop_reason == "tool_use":
-                rounds.next()
-                messages.extend(await self._run_calls(tools, message.content))
-                continue
-            if message.stop_reason not in COMPLETED_STOPS:
-                raise RuntimeFailure(
-                    f"{self.model_route} stopped with stop_reason {message.stop_reason!r}, "
-                    "not 'end_turn'; the reply is incomplete",
-                    reason="stop_reason",
-                    stop_reason=str(message.stop_reason),
+        try:
+            while True:
+                message = await self._create(system, messages, deadline_s, extra, options)
+                used = message.usage
+                rounds.used(
+                    used.input_tokens,
+                    used.output_tokens,
+                    model=str(message.model or self.config.model),
+                    cache_read=int(getattr(used, "cache_read_input_tokens", None) or 0),
+                    cache_write=int(getattr(used, "cache_creation_input_tokens", None) or 0),
                 )
-            text = "".join(block.text for block in message.content if block.type == "text")
-            return ProviderReply(text=text, usage=rounds.usage)
+                if tools is not None and message.stop_reason == "tool_use":
+                    rounds.next()
+                    messages.extend(await self._run_calls(tools, message.content))
+                    continue
+                if message.stop_reason not in COMPLETED_STOPS:
+                    raise RuntimeFailure(
+                        f"{self.model_route} stopped with stop_reason {message.stop_reason!r}, "
+                        "not 'end_turn'; the reply is incomplete",
+                        reason="stop_reason",
+                        stop_reason=str(message.stop_reason),
+                    )
+                text = "".join(block.text for block in message.content if block.type == "text")
+                return ProviderReply(text=text, usage=rounds.usage)
+        except RuntimeFailure as failure:
+            # A turn that fails after some calls to the model still paid for them.
+            failure.charged(rounds.usage)
+            raise
 
     async def _create(
         self,

@@ -135,7 +135,8 @@ def claude_reply(events: Iterable[dict[str, Any]], *, cost_before: float = 0.0) 
         )
     subtype = str(result.get("subtype", ""))
     if result.get("is_error") or subtype != "success":
-        raise _result_failure(result, subtype, session_id)
+        failure = _result_failure(result, subtype, session_id)
+        raise failure.charged(claude_usage(result, model, cost_before))
     timings: dict[str, float] = {}
     if isinstance(result.get("duration_ms"), int | float):
         timings["cli_duration_ms"] = float(result["duration_ms"])
@@ -145,6 +146,19 @@ def claude_reply(events: Iterable[dict[str, Any]], *, cost_before: float = 0.0) 
         runtime_state={CLAUDE_SESSION_KEY: session_id} if session_id else None,
         timings=timings,
     )
+
+
+def claude_spent(events: Iterable[dict[str, Any]], cost_before: float) -> Usage | None:
+    """The usage the last ``result`` event among ``events`` states (an interrupted turn's
+    result is an error one, and states it too), or None without a result."""
+    result: dict[str, Any] | None = None
+    model = ""
+    for event in events:
+        if event.get("type") == "result":
+            result = event
+        elif event.get("type") == "system" and event.get("subtype") == "init":
+            model = str(event.get("model") or model)
+    return claude_usage(result, model, cost_before) if result is not None else None
 
 
 def claude_total_cost(result: dict[str, Any]) -> float:
@@ -331,8 +345,7 @@ class LiveClaude:
                 session_id=self.session_id,
             )
         interrupt_ms = round((time.perf_counter() - sent) * 1000, 3)
-        self._take_events()
-        raise RuntimeFailure(
+        stopped = RuntimeFailure(
             f"the turn was cancelled; Claude Code stopped it after {interrupt_ms:g} ms and "
             "keeps the session for the next turn",
             reason="cancelled",
@@ -340,6 +353,8 @@ class LiveClaude:
             interrupt_ms=interrupt_ms,
             session_id=self.session_id,
         )
+        # The interrupted turn's result states what it used: booked to it, not to the next.
+        raise self._charge(stopped, claude_spent(self._take_events(), self._cost_total))
 
     def _judge(self) -> ProviderReply:
         events = self._take_events()
@@ -348,8 +363,17 @@ class LiveClaude:
             self._cost_total += reply.usage.cost_usd or 0.0
             return reply
         except RuntimeFailure as exc:
+            self._charge(exc, exc.usage)
             self.child.explain(exc)
             raise
+
+    def _charge(self, failure: RuntimeFailure, usage: Usage | None) -> RuntimeFailure:
+        """Book ``usage`` to the failed turn, and count its cost in the process's total so the
+        next turn's cost is only its own."""
+        if usage is not None:
+            failure.charged(usage)
+            self._cost_total += usage.cost_usd or 0.0
+        return failure
 
     def _take_events(self) -> list[dict[str, Any]]:
         events, self._events = self._events, []

@@ -91,32 +91,37 @@ class OpenAIRuntime:
             {"role": "user", "content": turn.prompt.user_text()},
         ]
         rounds = ToolRounds(self.model_route, tools)
-        while True:
-            completion = await self._create(messages, deadline_s, options)
-            if completion.usage is not None:
-                details = completion.usage.prompt_tokens_details
-                rounds.used(
-                    completion.usage.prompt_tokens,
-                    completion.usage.completion_tokens,
-                    model=str(completion.model or self.config.model),
-                    cache_read=int(getattr(details, "cached_tokens", None) or 0),
-                )
-            if not completion.choices:
-                raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
-            choice = completion.choices[0]
-            calls = choice.message.tool_calls
-            if tools is not None and calls:
-                rounds.next()
-                messages.extend(await self._run_calls(tools, choice.message.content, calls))
-                continue
-            if choice.finish_reason != "stop":
-                raise RuntimeFailure(
-                    f"{self.model_route} stopped with finish_reason {choice.finish_reason!r}, "
-                    "not 'stop'; the reply is incomplete",
-                    reason="stop_reason",
-                    stop_reason=str(choice.finish_reason),
-                )
-            return ProviderReply(text=choice.message.content or "", usage=rounds.usage)
+        try:
+            while True:
+                completion = await self._create(messages, deadline_s, options)
+                if completion.usage is not None:
+                    details = completion.usage.prompt_tokens_details
+                    rounds.used(
+                        completion.usage.prompt_tokens,
+                        completion.usage.completion_tokens,
+                        model=str(completion.model or self.config.model),
+                        cache_read=int(getattr(details, "cached_tokens", None) or 0),
+                    )
+                if not completion.choices:
+                    raise RuntimeFailure(f"{self.model_route} returned no choices", reason="empty")
+                choice = completion.choices[0]
+                calls = choice.message.tool_calls
+                if tools is not None and calls:
+                    rounds.next()
+                    messages.extend(await self._run_calls(tools, choice.message.content, calls))
+                    continue
+                if choice.finish_reason != "stop":
+                    raise RuntimeFailure(
+                        f"{self.model_route} stopped with finish_reason {choice.finish_reason!r}, "
+                        "not 'stop'; the reply is incomplete",
+                        reason="stop_reason",
+                        stop_reason=str(choice.finish_reason),
+                    )
+                return ProviderReply(text=choice.message.content or "", usage=rounds.usage)
+        except RuntimeFailure as failure:
+            # A turn that fails after some calls to the model still paid for them.
+            failure.charged(rounds.usage)
+            raise
 
     async def _create(
         self, messages: list[dict[str, Any]], deadline_s: float, options: dict[str, Any]

@@ -107,7 +107,8 @@ async def race_turn(
     except Exception as exc:
         raise failure(f"{route} failed: {type(exc).__name__}: {exc}", "error") from exc
     if not reply.text.strip():
-        raise failure(f"{route} returned an empty reply; an empty reply is not silence", "empty")
+        empty = failure(f"{route} returned an empty reply; an empty reply is not silence", "empty")
+        raise empty.charged(reply.usage)
     return TurnResult(
         text=reply.text,
         stop_reason="completed",

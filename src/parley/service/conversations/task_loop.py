@@ -44,6 +44,7 @@ from parley.core.runtime import (
     Turn,
     TurnInput,
     TurnResult,
+    Usage,
 )
 from parley.core.usage import BudgetExhausted
 from parley.service.context import ServiceContext
@@ -395,6 +396,7 @@ class TaskLoop:
             # A failed call still names the route it took (C13): which provider failed matters.
             trace.route = scrub(str(failure.details.get("model_route") or ""), secrets)
             trace.facts = _failure_facts(failure)
+            trace.failure_usage = failure.usage
             if failure.reason == "cancelled":
                 code, end = await self._record(trace, "rejected", None, None, t2, stopped=True)
                 return TurnOutcome(kind="rejected", reason=code, end=end)
@@ -531,16 +533,18 @@ class TaskLoop:
         return recorded
 
     async def _book_usage(self, tx: Tx, trace: _TraceBase, result: TurnResult | None) -> None:
-        """Record what the call used, in the transaction that records the call."""
-        if result is None:
+        """Record what the call used, in the transaction that records the call: a failed or
+        stopped call's too, when its runtime said what it used."""
+        usage = result.usage if result is not None else trace.failure_usage
+        if usage is None:
             return
         await self.ctx.usage.record(
             tx,
             call_id=trace.invocation_id,
             agent_id=trace.member,
-            usage=result.usage,
+            usage=usage,
             runtime=trace.runtime_config,
-            route=result.model_route,
+            route=result.model_route if result is not None else trace.route,
             channel_id=trace.task.channel_id,
             channel_kind=trace.channel_kind,
             task_id=trace.task.id,
@@ -686,6 +690,8 @@ class _TraceBase:
     # Where the call's usage is booked: the channel's kind and the agent's runtime config.
     channel_kind: str = ""
     runtime_config: dict[str, Any] = field(default_factory=dict)
+    # What a call that failed (or was stopped) used before it ended, when its runtime knows.
+    failure_usage: Usage | None = None
 
 
 async def _stop_all(tasks: Sequence[asyncio.Future[Any]]) -> None:

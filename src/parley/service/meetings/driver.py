@@ -29,7 +29,7 @@ from parley.core.rooms import (
     Room,
     RoomMember,
 )
-from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult
+from parley.core.runtime import AgentProfile, Prompt, TranscriptEntry, TurnResult, Usage
 from parley.service.context import ServiceContext
 from parley.service.conversations import runners
 from parley.service.conversations.channels import Channels
@@ -267,6 +267,7 @@ class MeetingDriver:
         text: str | None = None
         failure: str | None = None
         result: TurnResult | None = None
+        spent: Usage | None = None
         invocation_id = new_ulid()
         started = self.ctx.clock.monotonic()
         if runtime is None:
@@ -294,9 +295,9 @@ class MeetingDriver:
             )
             try:
                 result = await runtime.respond(turn)
-                text = result.text
+                text, spent = result.text, result.usage
             except RuntimeFailure as exc:
-                failure = exc.code
+                failure, spent = exc.code, exc.usage
             decision = mt.parse_decision(
                 text, present=present, counts=counts, last=last, failure=failure
             )
@@ -307,13 +308,13 @@ class MeetingDriver:
         after = window[-1].seq if window else 0
 
         async def job(tx: Tx) -> GivenTurn | None:
-            if result is not None and agent is not None:
-                # The moderator's call costs whoever's runtime answered it.
+            if spent is not None and agent is not None:
+                # The moderator's call costs whoever's runtime answered it (failed or not).
                 await self.ctx.usage.record(
                     tx,
                     call_id=invocation_id,
                     agent_id=agent.id,
-                    usage=result.usage,
+                    usage=spent,
                     runtime=agent.runtime,
                     route=route,
                     channel_id=meeting.channel_id,

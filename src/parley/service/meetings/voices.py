@@ -221,7 +221,14 @@ class Voices:
             except RuntimeFailure as exc:
                 route = redact_text(str(exc.details.get("model_route") or ""))
                 return await record(
-                    attempt, "failed", route=route, reason=exc.code, started=started
+                    attempt,
+                    "failed",
+                    route=route,
+                    reason=exc.code,
+                    started=started,
+                    usage=exc.usage,
+                    call_id=turn.invocation_id,
+                    runtime=agent.runtime,
                 )
             text, route = result.text.strip(), redact_text(result.model_route)
             # Each attempt's usage is booked with its record.
@@ -476,6 +483,8 @@ class Voices:
                     result = await runtime.respond(turn)
                 except RuntimeFailure as exc:
                     reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
+                    if exc.usage is not None:
+                        await self._book_minutes(turn, exc.usage, agent, meeting, route)
                     continue
                 text, route = result.text.strip(), redact_text(result.model_route)
                 await self._book_minutes(turn, result.usage, agent, meeting, route)
