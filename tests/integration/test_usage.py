@@ -282,3 +282,33 @@ async def test_a_turn_that_fails_after_calling_the_model_is_booked_what_it_used(
     assert [(r.input_tokens, r.output_tokens) for r in booked] == [(2 * INPUT, 2 * OUTPUT)]
     [call] = await invocations(hub, task.id)
     assert call.outcome == "failed" and booked[0].id == call.id
+
+
+async def test_a_meetings_failed_speeches_are_booked_too(
+    hub: Hub,
+    operator: Principal,
+    make_agent: MakeAgent,
+    model: FakeModelServer,
+    kind: str,
+    api: Any,
+) -> None:
+    cut = "length" if kind == "openai" else "max_tokens"
+
+    def reply(body: dict[str, Any]) -> FakeReply:
+        if "[Meeting]" in str(body):
+            return FakeReply(text="One queue is", stop=cut)  # every speech cut by the limit
+        return FakeReply(text="My minutes: nothing was decided.")
+
+    model.responder = reply
+    await make_agent("lead", runtime=runtime_of(kind, model))
+    await make_agent("rev", runtime=runtime_of(kind, model))
+    room = await room_with(hub, operator, ["lead", "rev"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="queues"))
+    await hub.meetings.wait_idle()
+    await hub.tasks.wait_idle()
+    speeches = await hub.meetings.speeches(operator, meeting.id)
+    assert speeches and all(s.outcome == "failed" for s in speeches)
+    assert hub.operator_token is not None
+    met = await usage(api(hub.operator_token), meeting=meeting.id)
+    calls = [r for r in model.requests if "tools" not in r]
+    assert met["total"]["turns"] == len(calls) >= len(speeches)
