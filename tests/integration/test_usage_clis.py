@@ -30,17 +30,22 @@ async def records(hub: Hub, agent_id: str) -> list[Any]:
         return await tx.select("turn_usage", u.agent_id == agent_id, order_by=[u.created, u.id])
 
 
-async def test_a_live_claude_session_books_each_turns_own_cost(
-    hub: Hub, operator: Principal, make_agent: MakeAgent
-) -> None:
+async def fake_claude(make_agent: MakeAgent, mode: str) -> str:
+    """The agent ``coder``, the fake Claude Code in ``mode``; its work channel."""
     runtime = {
         "kind": "command",
         "protocol": "claude-stream-json",
-        "argv": [sys.executable, str(FAKES / "fake_claude.py"), "reply"],
+        "argv": [sys.executable, str(FAKES / "fake_claude.py"), mode],
     }
     coder = await make_agent("coder", runtime=runtime)
-    work = coder.principal.work_channel_id
-    assert work is not None
+    assert coder.principal.work_channel_id is not None
+    return coder.principal.work_channel_id
+
+
+async def test_a_live_claude_session_books_each_turns_own_cost(
+    hub: Hub, operator: Principal, make_agent: MakeAgent
+) -> None:
+    work = await fake_claude(make_agent, "reply")
     await turn(hub, operator, work, "first")
     await turn(hub, operator, work, "second")
     booked = await records(hub, "coder")
@@ -87,14 +92,7 @@ async def test_a_codex_turn_books_its_tokens_and_cached_input(
 async def test_a_failed_claude_turn_is_booked_its_own_cost(
     hub: Hub, operator: Principal, make_agent: MakeAgent
 ) -> None:
-    runtime = {
-        "kind": "command",
-        "protocol": "claude-stream-json",
-        "argv": [sys.executable, str(FAKES / "fake_claude.py"), "error"],
-    }
-    coder = await make_agent("coder", runtime=runtime)
-    work = coder.principal.work_channel_id
-    assert work is not None
+    work = await fake_claude(make_agent, "error")
     await turn(hub, operator, work, "first")
     await turn(hub, operator, work, "second")
     tasks = await hub.tasks.latest_of_channel(operator, work, 2)
