@@ -402,3 +402,20 @@ async def test_a_message_queued_before_an_interrupt_never_answers_a_later_turn(
     assert await reported_turn(ready, third) == (pid, 3, session)
     await ready.tell("go")
     assert (await third).text == HEARD
+
+
+async def test_ending_a_session_waits_for_a_stop_already_under_way(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    # A worker that ends is ended twice: once after the commit that ends it, once by the
+    # cancel that waits for its processes. The second must not return while the first is
+    # still stopping the process it took out of the pool.
+    runtime = claude()
+    call = asyncio.ensure_future(runtime.respond(turn(n=1)))
+    pid, _, _ = await reported_turn(ready, call)
+    await call
+    first = asyncio.ensure_future(runtime.end_session("s-alice"))
+    second = asyncio.ensure_future(runtime.end_session("s-alice"))
+    await second
+    assert is_gone(pid)
+    await first
