@@ -32,7 +32,11 @@ a ``user`` event carrying the frame's ``uuid`` (``isReplay``), the report connec
 more``). With ``$FAKE_CLAUDE_QUEUE=1`` such a frame is queued instead, as Claude Code queues a
 message that comes too late for the running turn: the turn ends with its own result, then the
 frame is echoed and, once the test says ``go`` again, answered by a turn of its own (``heard:
-<its last line>``).
+<its last line>``). A queued frame outlives an interrupt as it does in Claude Code: after the
+interrupted turn's result it is echoed and, on ``go``, answered by a turn of its own, reported
+``answered <pid>``; a user frame that comes while the fake waits for that ``go`` is held
+(reported ``held <pid>``) and taken after it. With ``--replay-user-messages`` each turn's own
+frame is echoed too, after its ``init``, as Claude Code does.
 
 With ``$FAKE_READY_PORT`` the fake reports to 127.0.0.1:<port>: ``turn <pid> <n> <session>``
 when it starts its n-th turn (in ``slow``/``deaf`` once the partial message is out),
@@ -167,6 +171,26 @@ class Inputs:
         self._stdin = b""
         self._test = b""
 
+    def unread(self, frames: list[dict[str, Any]]) -> None:
+        """Put ``frames`` back, to be read next, in their order."""
+        back = b"".join(json.dumps(frame).encode() + b"\n" for frame in frames)
+        self._stdin = back + self._stdin
+
+    def until_go(self) -> None:
+        """Wait for ``go`` from the test; a user frame that comes meanwhile is held (reported
+        ``held <pid>``) and read after it, as Claude Code holds input while it works."""
+        held: list[dict[str, Any]] = []
+        while True:
+            kind, frame = self.next()
+            if kind == "eof":
+                sys.exit(1)
+            if kind == "go":
+                break
+            if kind == "frame":
+                held.append(frame)
+                self.report(f"held {os.getpid()}")
+        self.unread(held)
+
     def report(self, line: str) -> None:
         if self.reporter is not None:
             self.reporter.sendall(line.encode() + b"\n")
@@ -259,7 +283,7 @@ def main() -> int:
             # Between turns there is nothing to stop: Claude Code acknowledges and waits.
             emit(control_response(frame))
             continue
-        failed = take_turn(mode, session, inputs, user_text(frame))
+        failed = take_turn(mode, session, inputs, user_text(frame), frame)
 
 
 def control_response(frame: dict[str, Any]) -> dict[str, Any]:
@@ -269,11 +293,15 @@ def control_response(frame: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def take_turn(mode: str, session: Session, inputs: Inputs, text: str) -> bool:
+def take_turn(
+    mode: str, session: Session, inputs: Inputs, text: str, frame: dict[str, Any] | None = None
+) -> bool:
     """Answer one user message; whether the turn ended as an error."""
     session.turns += 1
     session.save(text)
     session.init()
+    if REPLAY and frame is not None:
+        echo(session, frame)
     start_tool()
     last_line = text.strip().splitlines()[-1]
     if mode == "no-result":
@@ -328,21 +356,26 @@ def spawn(session: Session, inputs: Inputs, last_line: str) -> bool:
     return False
 
 
+def echo(session: Session, frame: dict[str, Any]) -> None:
+    """The echo of a user frame Claude Code takes (``--replay-user-messages``), with its uuid."""
+    emit(
+        {
+            "type": "user",
+            "message": frame["message"],
+            "parent_tool_use_id": None,
+            "session_id": session.id,
+            "uuid": frame.get("uuid") or str(uuid.uuid4()),
+            "isReplay": True,
+        }
+    )
+
+
 def take_mail(session: Session, inputs: Inputs, frame: dict[str, Any]) -> str:
     """A user frame that came while a turn runs: taken into the turn (echoed when asked)."""
     text = user_text(frame)
     session.save(text)
     if REPLAY:
-        emit(
-            {
-                "type": "user",
-                "message": frame["message"],
-                "parent_tool_use_id": None,
-                "session_id": session.id,
-                "uuid": frame.get("uuid") or str(uuid.uuid4()),
-                "isReplay": True,
-            }
-        )
+        echo(session, frame)
     first = text.strip().splitlines()[0] if text.strip() else ""
     inputs.report(f"mail {os.getpid()} {first}")
     return text
@@ -359,13 +392,7 @@ def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) ->
             more = f" + {taken} more" if taken else ""
             session.assistant(f"heard: {last_line}{more}")
             session.result(f"heard: {last_line}{more}")
-            for later in queued:  # each queued message gets a turn of its own
-                text = take_mail(session, inputs, later)
-                while inputs.next()[0] != "go":  # held until the test says go again
-                    continue
-                session.init()
-                session.assistant(f"heard: {text.strip().splitlines()[-1]}")
-                session.result(f"heard: {text.strip().splitlines()[-1]}")
+            answer_queued(session, inputs, queued, after_interrupt=False)
             return False
         if kind == "frame" and frame.get("type") == "user":
             if os.environ.get("FAKE_CLAUDE_QUEUE") == "1":
@@ -403,7 +430,25 @@ def wait_in_turn(mode: str, session: Session, inputs: Inputs, last_line: str) ->
             usage=usage(0, 0),
             errors=["[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"],
         )
+        # A queued message outlives the interrupt: Claude Code answers it next, on its own.
+        answer_queued(session, inputs, queued, after_interrupt=True)
         return True
+
+
+def answer_queued(
+    session: Session, inputs: Inputs, queued: list[dict[str, Any]], *, after_interrupt: bool
+) -> None:
+    """Each queued message gets a turn of its own, once the test says ``go`` again (a frame
+    that comes meanwhile is held); after an interrupt, ``answered <pid>`` is reported after
+    its result."""
+    for later in queued:
+        text = take_mail(session, inputs, later)
+        inputs.until_go()
+        session.init()
+        session.assistant(f"heard: {text.strip().splitlines()[-1]}")
+        session.result(f"heard: {text.strip().splitlines()[-1]}")
+        if after_interrupt:
+            inputs.report(f"answered {os.getpid()}")
 
 
 if __name__ == "__main__":

@@ -361,3 +361,61 @@ async def test_a_message_claude_code_queues_is_answered_before_the_turn_ends(
     await reported_turn(ready, second)
     await ready.tell("go")
     assert (await second).text == HEARD
+
+
+@pytest.mark.parametrize("when", ["between turns", "while the next turn waits"])
+async def test_a_message_queued_before_an_interrupt_never_answers_a_later_turn(
+    claude: MakeRuntime, ready: ReadyListener, when: str
+) -> None:
+    # Mail pushed into a turn that Claude Code queued, then a cancel (or a takeover): Claude
+    # Code answers the message in a turn of its own after the interrupt. That result is not
+    # the next turn's answer, whether it came before the next turn's frame or after it.
+    runtime = claude("slow", replay=True, env_queue=True)
+    live = TurnInput()
+    cancel = asyncio.Event()
+    first = make_turn(cancel=cancel, round=1, live_input=live)
+    call = asyncio.ensure_future(runtime.respond(first))
+    pid, _, session = await reported_turn(ready, call)
+    assert await live.push("a note\nKeep the API.")
+    assert (await ready.next_line(unless=call)).split()[0] == "queued"
+    cancel.set()
+    with pytest.raises(RuntimeFailure) as caught:
+        await call
+    assert caught.value.reason == "cancelled"
+    assert await ready.next_line() == f"interrupted parley-{first.invocation_id}"
+    assert (await ready.next_line()).split()[:2] == ["mail", str(pid)]
+    state = {CLAUDE_SESSION_KEY: session}
+    if when == "between turns":
+        await ready.tell("go")
+        assert await ready.next_line() == f"answered {pid}"
+        second = asyncio.ensure_future(runtime.respond(turn(n=2, runtime_state=state)))
+    else:
+        second = asyncio.ensure_future(runtime.respond(turn(n=2, runtime_state=state)))
+        assert await ready.next_line(unless=second) == f"held {pid}"
+        await ready.tell("go")
+        assert await ready.next_line(unless=second) == f"answered {pid}"
+    assert await reported_turn(ready, second) == (pid, 2, session)
+    await ready.tell("go")
+    assert (await second).text == HEARD
+    # And the turn after it is answered by its own result too.
+    third = asyncio.ensure_future(runtime.respond(turn(n=3, runtime_state=state)))
+    assert await reported_turn(ready, third) == (pid, 3, session)
+    await ready.tell("go")
+    assert (await third).text == HEARD
+
+
+async def test_ending_a_session_waits_for_a_stop_already_under_way(
+    claude: MakeRuntime, ready: ReadyListener
+) -> None:
+    # A worker that ends is ended twice: once after the commit that ends it, once by the
+    # cancel that waits for its processes. The second must not return while the first is
+    # still stopping the process it took out of the pool.
+    runtime = claude()
+    call = asyncio.ensure_future(runtime.respond(turn(n=1)))
+    pid, _, _ = await reported_turn(ready, call)
+    await call
+    first = asyncio.ensure_future(runtime.end_session("s-alice"))
+    second = asyncio.ensure_future(runtime.end_session("s-alice"))
+    await second
+    assert is_gone(pid)
+    await first

@@ -8,12 +8,14 @@ Claude Code 2.1.197 and codex-cli 0.171.0.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +29,7 @@ from parley.core.runtime import TurnInput
 from tests.fakes.cli_model_servers import FakeAnthropicStreamServer, FakeResponsesServer
 from tests.fakes.model_server import FakeReply
 from tests.fakes.processes import is_gone
-from tests.fakes.turns import make_turn
+from tests.fakes.turns import PROMPT, make_turn
 
 # Deselected at collection unless PARLEY_REAL_CLIS=1 (tests/conftest.py).
 pytestmark = pytest.mark.real_clis
@@ -199,6 +201,60 @@ async def test_real_claude_code_answers_mail_pushed_into_its_running_turn(
         anthropic.release.set()
         result = await call
         assert result.text == "Noted: the API stays."
+        assert any("Keep the public API." in json.dumps(r) for r in anthropic.requests)
+    finally:
+        await runtime.aclose()
+
+
+async def test_real_claude_code_mail_queued_before_an_interrupt_never_answers_a_later_turn(
+    tmp_path: Path, anthropic: FakeAnthropicStreamServer
+) -> None:
+    # Claude Code 2.1.197 keeps a message it queued when the turn is interrupted, and answers
+    # it in a turn of its own right after: that answer is not the next turn's.
+    env = {
+        **private_home(tmp_path),
+        "ANTHROPIC_BASE_URL": anthropic.base_url,
+        "ANTHROPIC_API_KEY": "dummy",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    runtime = build_runtime(
+        {
+            "kind": "command",
+            "preset": "claude-code",
+            "executable": binary("claude", "PARLEY_CLAUDE_BIN"),
+            "env": env,
+            "cwd": str(tmp_path),
+        }
+    )
+    assert isinstance(runtime, CommandRuntime)
+    tasks = ("Second task", "Third task")
+
+    def answer(body: dict[str, Any]) -> FakeReply:
+        last = json.dumps(body["messages"][-1])
+        return FakeReply(text=next((f"done: {t}" for t in tasks if t in last), "other"))
+
+    anthropic.responder = answer
+    anthropic.script(FakeReply(text="Working.", hang=True), FakeReply(text="Noted.", hang=True))
+    live = TurnInput()
+    cancel = asyncio.Event()
+    try:
+        call = asyncio.ensure_future(
+            runtime.respond(make_turn(round=1, cancel=cancel, live_input=live))
+        )
+        await anthropic.received.wait()
+        anthropic.received.clear()
+        assert await live.push("<pending_mail>\nKeep the public API.\n</pending_mail>")
+        cancel.set()
+        with pytest.raises(RuntimeFailure) as caught:
+            await call
+        assert caught.value.reason == "cancelled"
+        await anthropic.received.wait()  # the queued message's own turn calls the model
+        for n, task in enumerate(tasks, start=2):
+            prompt = dataclasses.replace(PROMPT, task=task)
+            call = asyncio.ensure_future(runtime.respond(make_turn(round=n, prompt=prompt)))
+            anthropic.release.set()
+            assert (await call).text == f"done: {task}"
         assert any("Keep the public API." in json.dumps(r) for r in anthropic.requests)
     finally:
         await runtime.aclose()

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 
 import psutil
+import pytest
 
+from parley.adapters.runtimes import child as child_module
 from parley.adapters.runtimes.child import ChildProcess
 from tests.fakes.processes import is_gone, wait_gone
 
@@ -82,3 +85,33 @@ async def test_the_lifeline_closing_ends_the_whole_tree() -> None:
         await wait_gone(tool, child.pid, child.supervisor_pid)
     finally:
         await child.stop()
+
+
+async def test_a_start_cancelled_after_the_agent_started_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A turn cancelled (a takeover, a cancel) while its CLI is being started: by the time the
+    # cancel goes on, the supervisor, the agent and its tool are gone.
+    started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    real_first_line = child_module._first_line
+
+    async def first_line_then_hold(lifeline: socket.socket) -> str:
+        said = await real_first_line(lifeline)
+        started.set_result(int(said.split()[1]))  # "started <agent pid>"
+        await asyncio.get_running_loop().create_future()  # cancelled here
+        return said
+
+    monkeypatch.setattr(child_module, "_first_line", first_line_then_hold)
+    start_task = asyncio.ensure_future(start("wait"))
+    agent = await asyncio.wait_for(started, 10)
+    supervisor = psutil.Process(agent).ppid()
+    # The agent starts its tool in a session of its own: wait (bounded) until it has.
+    deadline = time.monotonic() + 10
+    while not [p for p in psutil.Process(agent).children() if p.name() == "sleep"]:
+        assert time.monotonic() < deadline, "the agent started no tool"
+        await asyncio.sleep(0.02)
+    [tool] = [p.pid for p in psutil.Process(agent).children() if p.name() == "sleep"]
+    start_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start_task
+    assert [pid for pid in (supervisor, agent, tool) if not is_gone(pid)] == []

@@ -170,8 +170,11 @@ class ChildProcess:
         try:
             said = await _first_line(lifeline)
         except BaseException:
-            # Cancelled while it starts: the supervisor, its lifeline closed, ends the agent.
+            # Cancelled while it starts: the supervisor, its lifeline closed, ends the agent
+            # and what it started; that has happened by the time the cancel goes on, so a
+            # cancelled turn leaves no process behind (shielded: a second cancel cannot cut it).
             lifeline.close()
+            await asyncio.shield(asyncio.ensure_future(_abandon(proc, kill_grace_s)))
             raise
         if not said.startswith("started "):
             lifeline.close()
@@ -316,6 +319,20 @@ class ChildProcess:
             self._stderr.extend(chunk)
             if len(self._stderr) > _STDERR_KEEP:
                 del self._stderr[: len(self._stderr) - _STDERR_KEEP]
+
+
+async def _abandon(proc: asyncio.subprocess.Process, kill_grace_s: float) -> None:
+    """End a supervisor whose start was cancelled, and everything below it, and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    exited = asyncio.ensure_future(proc.wait())
+    await asyncio.wait({exited}, timeout=kill_grace_s + _SUPERVISOR_MARGIN_S)
+    if not exited.done():
+        ownership.kill_tree(proc.pid)
+        await asyncio.wait({exited}, timeout=_REAP_S)
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 def _cannot_start(argv: Sequence[str], cwd: str | None, why: str) -> RuntimeFailure:

@@ -221,7 +221,7 @@ class LiveClaude:
     stdin per turn, NDJSON events out until the turn's ``result``, and an interrupt that ends
     the running turn while the process and its session go on."""
 
-    def __init__(self, *, resumed_from: str | None) -> None:
+    def __init__(self, *, resumed_from: str | None, replays: bool = False) -> None:
         self.resumed_from = resumed_from
         """The session id given with ``--resume`` when the process started, if any."""
         self.session_id: str | None = resumed_from
@@ -240,6 +240,13 @@ class LiveClaude:
         self._quiet: asyncio.TimerHandle | None = None
         # The process's running cost total at its last judged result (see ``claude_reply``).
         self._cost_total = 0.0
+        self._replays = replays
+        """Whether Claude Code echoes the user frames it takes (``--replay-user-messages``)."""
+        self._turns = 0
+        """How many turns were sent to this process."""
+        self._awaiting: str | None = None
+        """The uuid of the running turn's own frame until Claude Code echoes it: a result
+        before that echo ends a turn Claude Code ran on its own (see :meth:`_turn`)."""
 
     @classmethod
     async def start(
@@ -247,7 +254,7 @@ class LiveClaude:
     ) -> LiveClaude:
         """Start Claude Code; ``child`` are the ``cwd``, ``env`` and ``kill_grace_s`` of
         :meth:`ChildProcess.start`."""
-        live = cls(resumed_from=resumed_from)
+        live = cls(resumed_from=resumed_from, replays="--replay-user-messages" in argv)
         live._child = await ChildProcess.start(
             argv, on_line=live._on_line, keep_stdout=False, **child
         )
@@ -293,6 +300,7 @@ class LiveClaude:
             if live_input is not None:
                 live_input.close()
             self._unacked.clear()
+            self._awaiting = None
             self._end_quiet()
 
     async def _turn(
@@ -301,9 +309,21 @@ class LiveClaude:
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._result = result
         self._in_turn = True
-        if any(event.get("type") == "result" for event in self._events):
-            result.set_result(None)
-        await self.child.send(claude_user_frame(text))
+        name = str(uuid.uuid4())
+        if self._turns == 0:
+            if any(event.get("type") == "result" for event in self._events):
+                # An error printed at start-up (an unknown --resume id) answers the first turn.
+                result.set_result(None)
+        else:
+            # A message queued in a turn that was then interrupted (mail pushed just before a
+            # cancel or a takeover), or that came after its turn's result, is answered by
+            # Claude Code in a turn of its own, after the hub's turn has ended. What it printed
+            # since is not this turn's; a result of such a turn still running is told apart by
+            # the echo of this turn's frame, which comes after it (``_on_line``).
+            self._events = []
+            self._awaiting = name if self._replays else None
+        self._turns += 1
+        await self.child.send(claude_user_frame(text, uuid=name))
         if live_input is not None:
             live_input.open(self._push)
         cancelled = asyncio.ensure_future(cancel.wait())
@@ -408,12 +428,23 @@ class LiveClaude:
             self._report(state)
         kind = event.get("type")
         if kind == "user" and event.get("isReplay"):
-            self._unacked.discard(str(event.get("uuid")))
+            echoed = str(event.get("uuid"))
+            self._unacked.discard(echoed)
+            if echoed == self._awaiting:
+                self._awaiting = None
+                self._drop_turns_of_its_own()
         result = self._result
         if result is None or result.done():
             return
         if kind != "result":
             self._end_quiet()  # Claude Code goes on: it took a pushed message after all
+            return
+        if self._awaiting is not None:
+            # This turn's frame is not echoed yet: the result most likely ends a turn Claude
+            # Code ran on its own before taking the frame. The echo that follows drops it;
+            # should none come (a Claude Code that does not echo), the result is the turn's.
+            self._end_quiet()
+            self._quiet = asyncio.get_running_loop().call_later(QUIET_S, self._settle, result)
             return
         if self._unacked and event.get("subtype") == "success":
             # A message pushed into the turn is not echoed yet: Claude Code may have queued
@@ -423,6 +454,14 @@ class LiveClaude:
             self._quiet = asyncio.get_running_loop().call_later(QUIET_S, self._settle, result)
             return
         result.set_result(None)
+
+    def _drop_turns_of_its_own(self) -> None:
+        """Forget the events up to the last result before the running turn's frame was echoed:
+        they are turns Claude Code ran on its own, whose answers are not this turn's. Their
+        cost is in the process's running total, so the turn's cost includes it."""
+        ends = [i for i, event in enumerate(self._events) if event.get("type") == "result"]
+        if ends:
+            del self._events[: ends[-1] + 1]
 
     def _settle(self, result: asyncio.Future[None]) -> None:
         self._quiet = None

@@ -65,6 +65,8 @@ class ClaudeSessions:
         self._closing: set[asyncio.Task[list[str]]] = set()
         self._ending: set[str] = set()
         """Sessions ended while a turn ran on them: their process is stopped when it ends."""
+        self._stopping: dict[str, set[LiveClaude]] = {}
+        """The processes of each session being stopped: ending a session waits for them."""
 
     def pid(self, session_id: str) -> int | None:
         """The pid of the live process of ``session_id``, if there is one."""
@@ -88,7 +90,7 @@ class ClaudeSessions:
             # Processes left mid-turn (timeout, unanswered interrupt, a crash) die here, before
             # the outcome is handed back; they were already taken out of the pool.
             for live in doomed:
-                await live.stop()
+                await self._stop(turn.session_id, live)
 
     async def _unreachable(self) -> ProviderReply:
         raise AssertionError("a turn cancelled before it started is never sent")
@@ -183,7 +185,7 @@ class ClaudeSessions:
         """Stop the processes unused for ``idle_s`` or longer; return their sessions. The next
         turn of such a session starts a process that resumes it by id."""
         now = self._clock()
-        expired: list[LiveClaude] = []
+        expired: list[tuple[str, LiveClaude]] = []
         closed: list[str] = []
         for sid, live in list(self._live.items()):
             lock = self._locks.get(sid)
@@ -192,30 +194,46 @@ class ClaudeSessions:
             if now - live.last_used >= self._idle_s:
                 del self._live[sid]
                 self._locks.pop(sid, None)
-                expired.append(live)
+                expired.append((sid, live))
                 closed.append(sid)
             elif live.idle_timer is None:
                 self._arm_idle_timer(live)
-        await asyncio.gather(*(live.stop() for live in expired))
+        await asyncio.gather(*(self._stop(sid, live) for sid, live in expired))
         return closed
 
     async def end(self, sid: str) -> None:
         """Stop the process of ``sid`` (its worker ended): at once when no turn runs on it,
-        else when the running turn ends, instead of keeping it for a next turn."""
+        else when the running turn ends, instead of keeping it for a next turn. Returns once
+        every stop of the session's processes under way has finished."""
         lock = self._locks.get(sid)
         if lock is not None and lock.locked():
             self._ending.add(sid)
-            return
-        live = self._live.pop(sid, None)
-        self._locks.pop(sid, None)
-        if live is not None:
+        else:
+            live = self._live.pop(sid, None)
+            self._locks.pop(sid, None)
+            if live is not None:
+                await self._stop(sid, live)
+        # A stop of the session's process already under way (another end, an idle close, the
+        # end of a turn) may have taken it out of the pool first: it ends before this returns.
+        for other in list(self._stopping.get(sid, ())):
+            await other.stop()
+
+    async def _stop(self, sid: str, live: LiveClaude) -> None:
+        """Stop ``live``, a process of ``sid``, known as being stopped until it has ended."""
+        stopping = self._stopping.setdefault(sid, set())
+        stopping.add(live)
+        try:
             await live.stop()
+        finally:
+            stopping.discard(live)
+            if not stopping and self._stopping.get(sid) is stopping:
+                del self._stopping[sid]
 
     async def aclose(self) -> None:
         """Stop every live process."""
-        lives = list(self._live.values())
+        lives = list(self._live.items())
         self._live.clear()
         self._locks.clear()
-        await asyncio.gather(*(live.stop() for live in lives))
+        await asyncio.gather(*(self._stop(sid, live) for sid, live in lives))
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

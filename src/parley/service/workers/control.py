@@ -448,7 +448,8 @@ async def resume(
 
 
 async def release(workers: WorkerRecords, caller: Principal, worker_id: str) -> Worker:
-    """Let an idle or stale worker go for good (RELEASED)."""
+    """Let an idle or stale worker go for good (RELEASED); the process kept for its session
+    (and everything it started) is gone when this returns."""
 
     async def job(tx: Tx) -> Worker:
         worker = await workers.load(tx, worker_id, for_update=True)
@@ -456,7 +457,9 @@ async def release(workers: WorkerRecords, caller: Principal, worker_id: str) -> 
             await workers.check_control(tx, caller, worker, "release")
         return await workers.move(tx, worker, "released", actor=caller.id, reason="released")
 
-    return await workers.ctx.store.write(job)
+    released = await workers.ctx.store.write(job)
+    await workers.end_processes([released])
+    return released
 
 
 async def heartbeat(

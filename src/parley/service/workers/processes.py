@@ -6,7 +6,9 @@ second line, for a supervisor that was itself killed. A hub that starts, and the
 a cluster, hand the records of dead hubs on this machine to the process keeper, which ends what
 is left of them (and every process whose environment names a dead hub as its owner); the
 records are deleted and the event ``runtime.orphans_ended`` names the hub and the pids.
-Records of another machine are left to a hub on that machine.
+Records of another machine are left to a hub on that machine. Records of this machine made
+before it last started (a machine is its name and its boot) name processes that died with that
+boot: those of hubs that are gone are deleted, with the same event and no pid.
 """
 
 from __future__ import annotations
@@ -59,13 +61,15 @@ class ProcessRecords:
         async with self.ctx.store.read() as rtx:
             p = rtx.table("runtime_processes").c
             rows: list[RuntimeProcess] = await rtx.select(
-                "runtime_processes", p.hub_id != self.hub_id, p.host == keeper.host
+                "runtime_processes", p.hub_id != self.hub_id
             )
-        if not rows:
-            return []
         by_hub: dict[str, list[RuntimeProcess]] = {}
+        before_boot: dict[str, list[RuntimeProcess]] = {}
         for row in rows:
-            by_hub.setdefault(row.hub_id, []).append(row)
+            if row.host == keeper.host:
+                by_hub.setdefault(row.hub_id, []).append(row)
+            elif _earlier_boot(row.host, keeper.host):
+                before_boot.setdefault(row.hub_id, []).append(row)
         ended: list[int] = []
         for hub_id, records in sorted(by_hub.items()):
             if await self.ctx.store.is_alive(hub_id):
@@ -73,6 +77,10 @@ class ProcessRecords:
             pids = await keeper.end_orphans(records, [hub_id])
             ended += pids
             await self._forget(hub_id, records, pids)
+        for hub_id, records in sorted(before_boot.items()):
+            # Their processes ended with the boot they ran in: only the records are left.
+            if not await self.ctx.store.is_alive(hub_id):
+                await self._forget(hub_id, records, [])
         return ended
 
     async def _forget(self, hub_id: str, records: list[RuntimeProcess], pids: list[int]) -> None:
@@ -97,3 +105,10 @@ class ProcessRecords:
             log.warning(
                 "ended %d process(es) left by hub %s, which is gone: %s", len(pids), hub_id, pids
             )
+
+
+def _earlier_boot(host: str, this: str) -> bool:
+    """Whether ``host`` is this machine (``<name>/<boot>``) as it ran in another boot."""
+    name, _, boot = this.partition("/")
+    other, _, other_boot = host.partition("/")
+    return bool(boot and other_boot) and other == name and other_boot != boot
