@@ -201,3 +201,26 @@ async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
     assert r.status == 403 and "Refused (" in await r.text()
     transcript = await hub.meetings.transcript(operator, meeting.id)
     assert "ada was here" not in json.dumps([m.content for m in transcript.rows])
+
+
+async def test_release_an_idle_worker_and_its_forms_go_in_every_tab(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await scripted(make_agent, runtimes, "coder")
+    root = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="tidy the docs"))
+    await hub.tasks.wait_idle()
+    listing = await ui.signed_in()
+    await listing.goto(f"{ui.url}/ui/workers")
+    await went_live(listing)
+    page = await ui.context.new_page()
+    await page.goto(f"{ui.url}/ui/workers/{root.id}")
+    await went_live(page)
+    await expect(page.locator("#worker-state")).to_have_text("idle")
+    await page.get_by_role("button", name="Release").click()
+    await expect(page.locator("#worker-state")).to_have_text("released")
+    await expect(page.locator("#actions button")).to_have_count(0)
+    # The list in the other tab follows; the state is said once, not again as its end reason.
+    state = listing.locator(f'#workers tr[data-worker="{root.id}"] td[data-label=State]')
+    await expect(state).to_have_text("released")
+    await expect(page.locator("#worker > p").first).not_to_contain_text("· released")
