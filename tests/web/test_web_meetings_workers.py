@@ -217,6 +217,8 @@ async def test_release_an_idle_worker_and_its_forms_go_in_every_tab(
     await page.goto(f"{ui.url}/ui/workers/{root.id}")
     await went_live(page)
     await expect(page.locator("#worker-state")).to_have_text("idle")
+    # No takeover: said in a sentence, not as the first item of a numbered list.
+    await expect(page.locator("p#takeovers")).to_have_text("No takeover.")
     await page.get_by_role("button", name="Release").click()
     await expect(page.locator("#worker-state")).to_have_text("released")
     await expect(page.locator("#actions button")).to_have_count(0)
@@ -224,3 +226,36 @@ async def test_release_an_idle_worker_and_its_forms_go_in_every_tab(
     state = listing.locator(f'#workers tr[data-worker="{root.id}"] td[data-label=State]')
     await expect(state).to_have_text("released")
     await expect(page.locator("#worker > p").first).not_to_contain_text("· released")
+
+
+async def test_a_meeting_names_the_remote_member_it_waits_for_and_until_when(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent
+) -> None:
+    hub = ui.hub
+    rem = await make_agent("rem", runtime={"kind": "remote"})
+    room = await room_with(hub, operator, ["rem"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="Remote check"))
+    turn = await hub.turns.next(rem.principal, timeout_s=15)
+    assert turn is not None
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/meetings/{meeting.id}")
+    await went_live(page)
+    waiting = page.locator("#meeting-state .waiting")
+    await expect(waiting).to_have_attribute("data-waiting-for", "rem")
+    await expect(waiting.locator("time.until")).to_have_attribute(
+        "datetime", turn.deadline.isoformat()
+    )
+    # A list with nothing in it yet is not numbered.
+    await hub.turns.speak(rem.principal, turn.id, "rem: all set, ship it on Thursday")
+    await expect(page.locator("#transcript")).to_contain_text("rem: all set, ship it on Thursday")
+    # The rounds are over and the meeting still runs: it waits for rem's minutes, and says so.
+    await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "round_cap")
+    await expect(page.locator("#meeting-round")).to_contain_text("ending: round_cap")
+    await expect(waiting).to_contain_text("its minutes of the meeting")
+    minutes = await hub.turns.next(rem.principal, timeout_s=15)
+    assert minutes is not None
+    # Minutes are shorter than the transcript they sum up.
+    await hub.turns.speak(rem.principal, minutes.id, "rem: ok")
+    await expect(page.locator("#meeting-state")).not_to_have_attribute("data-status", "running")
+    await expect(waiting).to_have_count(0)
+    await expect(page.locator("#minutes-rem")).to_contain_text("rem: ok")

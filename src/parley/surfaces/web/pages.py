@@ -72,7 +72,7 @@ async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
     workers = await hub.workers.listing(viewer, limit=RECENT)
     tasks = await _running_tasks(hub, viewer)
     meeting_wait = {
-        m.id: meeting_waits(await pending_turns(hub, channel_id=m.channel_id))
+        m.id: meeting_waits(await pending_turns(hub, channel_id=m.channel_id), m)
         for m in meetings
         if m.status == "running"
     }
