@@ -368,6 +368,22 @@ async def test_no_link_leads_to_a_page_the_viewer_is_refused_and_generated_ids_a
     # The operator may open the parent.
     operator_page = await ui.signed_in()
     await operator_page.goto(f"{ui.url}/ui/workers")
+    # On a phone each cell's label stands in its own column and all the cell holds (a pill, an
+    # end reason, what the worker waits for) beside it; a pill is as wide as its word.
+    await operator_page.set_viewport_size(PHONE)
+    await expect(operator_page.locator("#workers .waiting").first).to_be_visible()
+    astray = await operator_page.evaluate(
+        """() => [...document.querySelectorAll("#workers td[data-label]")].flatMap((td) => {
+            const left = td.getBoundingClientRect().left + 100;
+            return [...td.querySelectorAll("*")].filter((el) => {
+                const box = el.getBoundingClientRect();
+                const wide = el.matches(".pill") && box.width > 150;
+                return box.width > 0 && (box.left < left || wide);
+            }).map((el) => td.dataset.label + ": " + el.outerHTML.slice(0, 60));
+        })"""
+    )
+    assert astray == []
+    await operator_page.set_viewport_size(DESKTOP)
     row = operator_page.locator(f'#workers tr[data-worker="{child.id}"]')
     await row.get_by_role("link", name=short).click()
     await expect(operator_page.locator("#worker-task")).to_have_text("Audit the tests")
