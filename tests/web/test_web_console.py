@@ -331,6 +331,18 @@ async def test_nothing_is_cut_off_at_a_desktop_or_a_phone_width(
             await page.goto(f"{ui.url}{path}")
             await expect(page.locator(shown).first).to_be_visible()
             assert await page.evaluate(CUT_OFF) == [], (size["width"], path)
+    # At 1280 px the navigation is one row, the operator named once ("operator", not
+    # "operator (operator)").
+    await page.set_viewport_size(DESKTOP)
+    await page.goto(f"{ui.url}/ui/")
+    await expect(page.locator(".notify-ask")).to_be_visible()
+    await expect(page.locator(".who .me")).to_have_text("operator")
+    tops = await page.evaluate(
+        """() => [...document.querySelector("header.top").children]
+            .filter((e) => e.getBoundingClientRect().width > 0)
+            .map((e) => e.getBoundingClientRect().top)"""
+    )
+    assert max(tops) - min(tops) < 12, tops
 
 
 async def test_no_link_leads_to_a_page_the_viewer_is_refused_and_generated_ids_are_short(
