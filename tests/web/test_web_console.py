@@ -410,4 +410,9 @@ async def test_no_link_leads_to_a_page_the_viewer_is_refused_and_generated_ids_a
     agents = hana_page.locator("#agents-h + table")
     await expect(agents).to_contain_text("helper")
     await expect(agents.get_by_role("link")).to_have_count(0)
+    # Nor is their inbox offered on the mail page: only her own.
+    await hana_page.goto(f"{ui.url}/ui/mail")
+    offered = hana_page.locator("#owners option")
+    await expect(offered).to_have_count(1)
+    await expect(offered).to_have_attribute("value", "hana")
     await as_hana.close()
