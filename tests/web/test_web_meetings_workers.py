@@ -259,3 +259,15 @@ async def test_a_meeting_names_the_remote_member_it_waits_for_and_until_when(
     await expect(page.locator("#meeting-state")).not_to_have_attribute("data-status", "running")
     await expect(waiting).to_have_count(0)
     await expect(page.locator("#minutes-rem")).to_contain_text("rem: ok")
+    # Each member's state on the rooms page is drawn in its state's colour, not the text's
+    # (rem went back to work; ida waits idle in another room).
+    await make_agent("ida", runtime={"kind": "none"})
+    await room_with(hub, operator, ["ida"])
+    await page.get_by_role("link", name="Meetings").click()
+    await expect(page.locator("main .pill").first).to_be_visible()
+    plain = await page.evaluate(
+        """() => [...document.querySelectorAll("main .pill")]
+            .filter((p) => getComputedStyle(p).color === getComputedStyle(document.body).color)
+            .map((p) => p.className)"""
+    )
+    assert plain == []
