@@ -13,10 +13,12 @@ from playwright.async_api import Page, expect
 from parley.core.identity import Principal
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.identity import HumanSpec
+from parley.service.workers.records import SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.discussion_support import eventually
-from tests.web.conftest import Browsing, shoot, sign_in, went_live
+from tests.integration.test_workers import scripted
+from tests.web.conftest import DESKTOP, PHONE, Browsing, shoot, sign_in, went_live
 
 AT_END = "(b) => b.scrollHeight - b.scrollTop - b.clientHeight < 2"
 
@@ -270,3 +272,147 @@ async def test_on_a_phone_tables_are_cards_and_nothing_is_clipped(
     # A page of the log is a page, not a scroll of every event.
     height = await page.evaluate("document.documentElement.scrollHeight")
     assert height < 20_000, height
+
+
+CUT_OFF = """() => {
+    // Whatever lies beyond the window's right edge, or is hidden in a table's own scroll.
+    const width = window.innerWidth;
+    const out = [];
+    for (const el of document.querySelectorAll("main *")) {
+        const box = el.getBoundingClientRect();
+        if (box.width > 0 && box.right > width + 0.5) out.push(el.tagName + " " + el.textContent);
+    }
+    for (const table of document.querySelectorAll("table.list")) {
+        if (table.scrollWidth > table.clientWidth + 1) out.push("table #" + table.id + " scrolls");
+    }
+    if (document.documentElement.scrollWidth > width) out.push("the page scrolls sideways");
+    return out;
+}"""
+
+
+async def test_nothing_is_cut_off_at_a_desktop_or_a_phone_width(
+    ui: Browsing,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    tmp_path: Path,
+) -> None:
+    from parley.adapters.runtimes.scripted import ScriptedRuntime
+    from parley.core.runtime import NO_REPLY
+
+    for name in ("alpha", "beta", "gamma"):
+        await make_agent(name, runtime={"kind": "scripted"})
+    runtimes.set("lead", ScriptedRuntime(lambda turn: NO_REPLY))
+    runtimes.set("rev", ScriptedRuntime(lambda turn: "rev: looks fine"))
+    lead = await make_agent("lead", runtime={"kind": "scripted"}, workspace=str(tmp_path))
+    await make_agent("rev", runtime={"kind": "scripted"}, accepts_channels_from=["lead"])
+    assert lead.principal.work_channel_id is not None
+    channel = await ui.hub.discussions.create_private_channel(
+        lead.principal, "design", ["rev"], lead.principal.work_channel_id, "Pick a queue design"
+    )
+    await ui.hub.tasks.wait_idle()
+    # A reason typed as one long word (a path, say) wraps instead of widening the page.
+    reason = "/srv/" + "x" * 150 + "/summary.md"
+    await ui.hub.discussions.force_close(operator, channel.id, reason)
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/channels/{channel.id}")
+    await expect(page.locator("#channel-closed")).to_contain_text(reason)
+    trace = await page.locator("#tasks .task a").first.get_attribute("href")
+    assert trace is not None and trace.endswith("/trace")
+    pages = {
+        "/ui/": "#agents-h + table td",
+        f"/ui/channels/{channel.id}": "#channel-closed",
+        trace: "#invocations td",
+        "/ui/usage": "#usage td",
+    }
+    for size in (DESKTOP, PHONE):
+        await page.set_viewport_size(size)
+        for path, shown in pages.items():
+            await page.goto(f"{ui.url}{path}")
+            await expect(page.locator(shown).first).to_be_visible()
+            assert await page.evaluate(CUT_OFF) == [], (size["width"], path)
+    # At 1280 px the navigation is one row, the operator named once ("operator", not
+    # "operator (operator)").
+    await page.set_viewport_size(DESKTOP)
+    await page.goto(f"{ui.url}/ui/")
+    await expect(page.locator(".notify-ask")).to_be_visible()
+    await expect(page.locator(".who .me")).to_have_text("operator")
+    tops = await page.evaluate(
+        """() => [...document.querySelector("header.top").children]
+            .filter((e) => e.getBoundingClientRect().width > 0)
+            .map((e) => e.getBoundingClientRect().top)"""
+    )
+    assert max(tops) - min(tops) < 12, tops
+
+
+async def test_no_link_leads_to_a_page_the_viewer_is_refused_and_generated_ids_are_short(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await scripted(make_agent, runtimes, "lead")
+    await scripted(make_agent, runtimes, "helper")
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="Audit the tests"))
+    await hub.tasks.wait_idle()
+    child = await hub.workers.spawn(
+        operator, root.id, SpawnSpec(prompt="Find the flaky tests", agent_id="helper")
+    )
+    await hub.tasks.wait_idle()
+    short = f"…{root.id[-6:]}"
+
+    # The child's agent sees its own worker, not the parent above it: the parent's id is shown,
+    # not linked to a page that would answer 404.
+    helper_token = await hub.identity.issue_token(operator, "helper", rotate=False)
+    as_helper = await ui.context.browser.new_context(viewport=PHONE)  # type: ignore[union-attr]
+    page = await as_helper.new_page()
+    await sign_in(page, ui.url, helper_token)
+    await page.goto(f"{ui.url}/ui/workers")
+    parent = page.locator(f'#workers tr[data-worker="{child.id}"] td[data-label=Parent]')
+    await expect(parent).to_have_text(short)
+    await expect(parent.get_by_role("link")).to_have_count(0)
+    # Its inbox names the parent worker that sent the task by a short id, whole in its tooltip.
+    await page.goto(f"{ui.url}/ui/mail")
+    sender = page.locator("#inbox td[data-label=From] code").first
+    await expect(sender).to_have_text(short)
+    await expect(sender).to_have_attribute("title", root.id)
+    assert await page.evaluate(CUT_OFF) == []
+    await as_helper.close()
+
+    # The operator may open the parent.
+    operator_page = await ui.signed_in()
+    await operator_page.goto(f"{ui.url}/ui/workers")
+    # On a phone each cell's label stands in its own column and all the cell holds (a pill, an
+    # end reason, what the worker waits for) beside it; a pill is as wide as its word.
+    await operator_page.set_viewport_size(PHONE)
+    await expect(operator_page.locator("#workers .waiting").first).to_be_visible()
+    astray = await operator_page.evaluate(
+        """() => [...document.querySelectorAll("#workers td[data-label]")].flatMap((td) => {
+            const left = td.getBoundingClientRect().left + 100;
+            return [...td.querySelectorAll("*")].filter((el) => {
+                const box = el.getBoundingClientRect();
+                const wide = el.matches(".pill") && box.width > 150;
+                return box.width > 0 && (box.left < left || wide);
+            }).map((el) => td.dataset.label + ": " + el.outerHTML.slice(0, 60));
+        })"""
+    )
+    assert astray == []
+    await operator_page.set_viewport_size(DESKTOP)
+    row = operator_page.locator(f'#workers tr[data-worker="{child.id}"]')
+    await row.get_by_role("link", name=short).click()
+    await expect(operator_page.locator("#worker-task")).to_have_text("Audit the tests")
+    await operator_page.goto(f"{ui.url}/ui/")
+    await expect(operator_page.get_by_role("link", name="helper", exact=True)).to_be_visible()
+
+    # A human is shown the agents but reads none of their inboxes: their names are not links.
+    hana = await hub.identity.create_human(operator, HumanSpec(id="hana"))
+    as_hana = await ui.context.browser.new_context()  # type: ignore[union-attr]
+    hana_page = await as_hana.new_page()
+    await sign_in(hana_page, ui.url, hana.token)
+    agents = hana_page.locator("#agents-h + table")
+    await expect(agents).to_contain_text("helper")
+    await expect(agents.get_by_role("link")).to_have_count(0)
+    # Nor is their inbox offered on the mail page: only her own.
+    await hana_page.goto(f"{ui.url}/ui/mail")
+    offered = hana_page.locator("#owners option")
+    await expect(offered).to_have_count(1)
+    await expect(offered).to_have_attribute("value", "hana")
+    await as_hana.close()

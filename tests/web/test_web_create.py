@@ -28,6 +28,12 @@ async def test_create_an_agent_a_group_a_room_and_send_mail_from_the_ui(
     agent = await hub.identity.authenticate(token)  # the token shown is the agent's
     assert (agent.id, agent.display_name) == ("scout", "Scout")
 
+    # A checkbox sits beside its label, on one line (it was drawn as wide as a text field).
+    private = page.get_by_label("Private")
+    box = await private.bounding_box()
+    line = await page.locator("label", has=private).bounding_box()
+    assert box is not None and line is not None
+    assert box["width"] < 40 and line["height"] < 2 * box["height"] + 8, (box, line)
     await page.get_by_label("Group name").fill("crew")
     await page.get_by_label("Members", exact=True).fill("scout")
     await page.get_by_role("button", name="Create group").click()

@@ -201,3 +201,73 @@ async def test_an_agent_cannot_see_or_act_on_anothers_inbox_or_meeting(
     assert r.status == 403 and "Refused (" in await r.text()
     transcript = await hub.meetings.transcript(operator, meeting.id)
     assert "ada was here" not in json.dumps([m.content for m in transcript.rows])
+
+
+async def test_release_an_idle_worker_and_its_forms_go_in_every_tab(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await scripted(make_agent, runtimes, "coder")
+    root = await hub.workers.start(operator, StartSpec(agent_id="coder", prompt="tidy the docs"))
+    await hub.tasks.wait_idle()
+    listing = await ui.signed_in()
+    await listing.goto(f"{ui.url}/ui/workers")
+    await went_live(listing)
+    page = await ui.context.new_page()
+    await page.goto(f"{ui.url}/ui/workers/{root.id}")
+    await went_live(page)
+    await expect(page.locator("#worker-state")).to_have_text("idle")
+    # No takeover: said in a sentence, not as the first item of a numbered list.
+    await expect(page.locator("p#takeovers")).to_have_text("No takeover.")
+    await page.get_by_role("button", name="Release").click()
+    await expect(page.locator("#worker-state")).to_have_text("released")
+    await expect(page.locator("#actions button")).to_have_count(0)
+    # The list in the other tab follows; the state is said once, not again as its end reason.
+    state = listing.locator(f'#workers tr[data-worker="{root.id}"] td[data-label=State]')
+    await expect(state).to_have_text("released")
+    await expect(page.locator("#worker > p").first).not_to_contain_text("· released")
+
+
+async def test_a_meeting_names_the_remote_member_it_waits_for_and_until_when(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent
+) -> None:
+    hub = ui.hub
+    rem = await make_agent("rem", runtime={"kind": "remote"})
+    room = await room_with(hub, operator, ["rem"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="Remote check"))
+    turn = await hub.turns.next(rem.principal, timeout_s=15)
+    assert turn is not None
+    page = await ui.signed_in()
+    await page.goto(f"{ui.url}/ui/meetings/{meeting.id}")
+    await went_live(page)
+    waiting = page.locator("#meeting-state .waiting")
+    await expect(waiting).to_have_attribute("data-waiting-for", "rem")
+    await expect(waiting.locator("time.until")).to_have_attribute(
+        "datetime", turn.deadline.isoformat()
+    )
+    # A list with nothing in it yet is not numbered.
+    await hub.turns.speak(rem.principal, turn.id, "rem: all set, ship it on Thursday")
+    await expect(page.locator("#transcript")).to_contain_text("rem: all set, ship it on Thursday")
+    # The rounds are over and the meeting still runs: it waits for rem's minutes, and says so.
+    await expect(page.locator("#meeting-state")).to_have_attribute("data-end-reason", "round_cap")
+    await expect(page.locator("#meeting-round")).to_contain_text("ending: round_cap")
+    await expect(waiting).to_contain_text("its minutes of the meeting")
+    minutes = await hub.turns.next(rem.principal, timeout_s=15)
+    assert minutes is not None
+    # Minutes are shorter than the transcript they sum up.
+    await hub.turns.speak(rem.principal, minutes.id, "rem: ok")
+    await expect(page.locator("#meeting-state")).not_to_have_attribute("data-status", "running")
+    await expect(waiting).to_have_count(0)
+    await expect(page.locator("#minutes-rem")).to_contain_text("rem: ok")
+    # Each member's state on the rooms page is drawn in its state's colour, not the text's
+    # (rem went back to work; ida waits idle in another room).
+    await make_agent("ida", runtime={"kind": "none"})
+    await room_with(hub, operator, ["ida"])
+    await page.get_by_role("link", name="Meetings").click()
+    await expect(page.locator("main .pill").first).to_be_visible()
+    plain = await page.evaluate(
+        """() => [...document.querySelectorAll("main .pill")]
+            .filter((p) => getComputedStyle(p).color === getComputedStyle(document.body).color)
+            .map((p) => p.className)"""
+    )
+    assert plain == []

@@ -10,7 +10,7 @@ from parley.core.identity import Principal
 from parley.core.mail import InboxFilter, SendRequest
 from parley.core.ports import Tx
 from parley.service.identity import HumanSpec
-from parley.service.workers.records import StartSpec
+from parley.service.workers.records import ResultSpec, SpawnSpec, StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.test_workers import scripted
@@ -125,3 +125,29 @@ async def test_an_interrupted_worker_needs_the_operator_not_another_human(
     await went_live(hana_page)
     await expect(hana_page.locator("#needs .badge")).to_have_text("0")
     await as_hana.close()
+
+
+async def test_a_failed_worker_needs_the_operator(
+    ui: Browsing, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    hub = ui.hub
+    await scripted(make_agent, runtimes, "lead")
+    coder = await make_agent("coder", runtime={"kind": "none"})
+    page = await ui.signed_in()
+    await went_live(page)
+    await expect(page.locator("#needs .badge")).to_have_text("0")
+
+    root = await hub.workers.start(operator, StartSpec(agent_id="lead", prompt="ship it"))
+    await hub.tasks.wait_idle()
+    child = await hub.workers.spawn(
+        operator, root.id, SpawnSpec(prompt="run the suite", agent_id="coder")
+    )
+    await hub.workers.report_result(
+        coder.principal, child.id, ResultSpec(success=False, error="the suite hangs")
+    )
+    listed = page.locator("#needs-list li")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text("worker failed")
+    await expect(page.locator("#needs .badge")).to_have_text("1")
+    await listed.get_by_role("link", name="coder").click()
+    await expect(page.locator("#worker-state")).to_have_text("failed")

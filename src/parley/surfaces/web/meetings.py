@@ -53,7 +53,7 @@ async def _rooms(hub: Hub, viewer: Principal, after: str | None) -> dict[str, An
             members, meeting = status.members, status.meeting
         waits = []
         if meeting is not None and meeting.status == "running":
-            waits = meeting_waits(await pending_turns(hub, channel_id=meeting.channel_id))
+            waits = meeting_waits(await pending_turns(hub, channel_id=meeting.channel_id), meeting)
         rooms.append({"room": room, "members": members, "meeting": meeting, "waits": waits})
     following = found.rows[-1].id if found.more and found.rows else None
     short = short_ids(r.id for r in found.rows)
@@ -83,7 +83,7 @@ async def _state(hub: Hub, viewer: Principal, meeting: Meeting) -> dict[str, Any
         "roll": roll_call(meeting),
         "decisions": decisions,
         "minutes": minutes,
-        "waits": meeting_waits(turns),
+        "waits": meeting_waits(turns, meeting),
     }
 
 

@@ -72,7 +72,7 @@ async def _overview(hub: Hub, viewer: Principal) -> dict[str, Any]:
     workers = await hub.workers.listing(viewer, limit=RECENT)
     tasks = await _running_tasks(hub, viewer)
     meeting_wait = {
-        m.id: meeting_waits(await pending_turns(hub, channel_id=m.channel_id))
+        m.id: meeting_waits(await pending_turns(hub, channel_id=m.channel_id), m)
         for m in meetings
         if m.status == "running"
     }
@@ -166,8 +166,11 @@ async def inbox(request: Request, viewer: ViewerDep, query: InboxQueryDep) -> HT
         "mail.html",
         status_code=200 if error is None else 403,
         owner=owner,
-        owners=[a.id for a in agents]
-        + ([viewer.principal.id] if viewer.principal.kind == "human" else []),
+        # Whose inbox the viewer may open: its own, and the operator's every agent's too (the
+        # mail service's rule; a human or an agent offered another's inbox would be refused).
+        owners=[a.id for a in agents] + [viewer.principal.id]
+        if viewer.principal.is_operator
+        else [viewer.principal.id],
         messages=messages,
         error=error,
         query=request.url.query,

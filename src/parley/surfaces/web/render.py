@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 
 from parley.core.errors import ParleyError, RateLimited
@@ -59,7 +61,21 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+GENERATED_ID = re.compile(r"(?:[a-z]+-)?[0-9A-HJKMNP-TV-Z]{26}")
+"""An id the hub made (a ULID, with a prefix such as a worker's ``w-``), not a name."""
+
+
+def short_id(value: str | None) -> Markup:
+    """A generated id by its last six characters, whole in its tooltip; a name as it is."""
+    if not value:
+        return Markup("")
+    if GENERATED_ID.fullmatch(value) is None:
+        return escape(value)
+    return Markup('<code title="{0}">…{1}</code>').format(value, value[-6:])
+
+
 templates.env.filters["when"] = when
+templates.env.filters["short_id"] = short_id
 templates.env.filters["age"] = age
 templates.env.globals["end_words"] = end_words
 templates.env.globals["prefix"] = PREFIX

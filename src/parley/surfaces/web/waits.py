@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from parley.core.channels import Channel, PendingTurn, Task
+from parley.core.rooms import Meeting
 from parley.core.workers import Worker
 from parley.service.conversations.discussions import channel_last_activity
 from parley.service.hub import Hub
@@ -30,10 +31,11 @@ class Wait:
     then: str = ""
 
 
-def _turn_wait(turn: PendingTurn) -> Wait:
+def _turn_wait(turn: PendingTurn, *, minutes: bool = False) -> Wait:
+    said = "its minutes of the meeting" if minutes else f"its turn in round {turn.round or 1}"
     return Wait(
         who=turn.agent_id,
-        what=f"its turn in round {turn.round or 1} (a remote agent: speak or no_reply)",
+        what=f"{said} (a remote agent: speak or no_reply)",
         since=turn.created,
         until=turn.deadline,
         then="deadline",
@@ -83,8 +85,11 @@ def discussion_wait(hub: Hub, channel: Channel, tasks: list[Task]) -> Wait | Non
     )
 
 
-def meeting_waits(turns: list[Any]) -> list[Wait]:
-    return [_turn_wait(t) for t in turns]
+def meeting_waits(turns: list[Any], meeting: Meeting) -> list[Wait]:
+    """A running meeting's remote turns: speeches, or once its end reason is stored while it
+    still runs (its minutes phase), each member's minutes."""
+    minutes = meeting.status == "running" and meeting.end_reason is not None
+    return [_turn_wait(t, minutes=minutes) for t in turns]
 
 
 def worker_wait(worker: Worker) -> Wait | None:

@@ -78,7 +78,23 @@ async def _rows(hub: Hub, workers: list[Worker]) -> list[dict[str, Any]]:
 
 
 async def _listing(hub: Hub, viewer: Principal) -> dict[str, Any]:
-    return {"rows": await _rows(hub, await hub.workers.listing(viewer))}
+    workers = await hub.workers.listing(viewer)
+    parents = await _parents(hub, viewer, workers)
+    return {"rows": await _rows(hub, workers), "visible_parents": parents}
+
+
+async def _parents(hub: Hub, viewer: Principal, workers: list[Worker]) -> set[str]:
+    """The parents of ``workers`` the viewer may open: a child's agent sees its own worker and
+    not always the one above it, whose page would answer 404 (the list shows its id unlinked)."""
+    listed = {w.id for w in workers}
+    parents = {w.parent_worker_id for w in workers if w.parent_worker_id}
+    if viewer.is_operator:
+        return parents
+    visible = parents & listed
+    for parent in parents - listed:
+        with contextlib.suppress(ParleyError):
+            visible.add((await hub.workers.get(viewer, parent)).id)
+    return visible
 
 
 async def _detail(hub: Hub, viewer: Principal, worker_id: str) -> dict[str, Any]:
