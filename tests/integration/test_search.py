@@ -216,3 +216,12 @@ async def test_sqlite_indexes_at_search_what_was_stored_since_the_last_one(
     await raw(hub, "UPDATE messages SET body = 'Draft two.' WHERE subject = 'Again'")
     hits = await hub.search.find(operator, SearchQuery(text="draft"))
     assert [(h.subject, h.snippet) for h in hits] == [("Again", "Draft two.")]
+
+
+async def test_an_unknown_kind_filter_is_refused_not_answered_with_nothing(
+    hub: Hub, operator: Principal, world: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        await hub.search.find(operator, SearchQuery(text="parser", kind="bogus"))
+    assert refused.value.code == "unknown_kind"
+    assert "task" in refused.value.message and "group" in refused.value.message

@@ -135,6 +135,18 @@ def check_kind(kind: str) -> MailKind:
     return kind  # type: ignore[return-value]
 
 
+def check_status_filter(statuses: list[str] | None) -> None:
+    """Refuse a status filter parley does not know: it would match nothing, and an empty
+    answer would read as "no such mail"."""
+    for status in statuses or ():
+        if status not in MAIL_STATUSES:
+            raise InvalidRequest(
+                f"mail status {status!r} is unknown; filter by one of {', '.join(MAIL_STATUSES)}",
+                code="invalid_status",
+                allowed=list(MAIL_STATUSES),
+            )
+
+
 def check_since(since: str | None) -> str | None:
     """Normalise an inbox ``since`` filter to ISO-8601 UTC; refuse text that is not a time."""
     if since is None:

@@ -14,8 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from parley.core.channels import CHANNEL_KINDS
 from parley.core.clock import UtcTime
-from parley.core.errors import InvalidRequest
+from parley.core.errors import InvalidRequest, UnknownKind
+from parley.core.mail_kinds import MAIL_KINDS
 
 SearchSource = Literal["mail", "channel"]
 MAX_QUERY_CHARS = 200
@@ -69,6 +71,19 @@ def terms(text: str) -> list[str]:
             f"the search names {len(words)} words; at most {MAX_TERMS}", code="invalid_search"
         )
     return words
+
+
+def check_kind(kind: str | None) -> None:
+    """Refuse a kind filter that is neither a mail kind nor a channel kind: it would match
+    nothing, and an empty answer would read as "not found"."""
+    known = (*MAIL_KINDS, *CHANNEL_KINDS)
+    if kind is not None and kind not in known:
+        raise UnknownKind(
+            f"kind {kind!r} is neither a mail kind nor a channel kind; use one of "
+            f"{', '.join(known)}",
+            kind=kind,
+            allowed=list(known),
+        )
 
 
 def snippet(text: str, words: list[str]) -> str:

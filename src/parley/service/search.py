@@ -4,7 +4,7 @@ rules applied by the store's statement itself."""
 from __future__ import annotations
 
 from parley.core.identity import Principal
-from parley.core.search import SearchHit, SearchQuery, terms
+from parley.core.search import SearchHit, SearchQuery, check_kind, terms
 from parley.service.context import ServiceContext
 
 
@@ -17,6 +17,7 @@ class Search:
         among those ``caller`` may read: its own mail (received, or sent as an original) and
         the channels it belongs to, created or owns; every one for the operator."""
         words = terms(query.text)
+        check_kind(query.kind)
         viewer = None if caller.is_operator else caller.id
         await self.ctx.store.refresh_search_index()
         async with self.ctx.store.read() as tx:

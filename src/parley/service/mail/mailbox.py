@@ -323,6 +323,9 @@ class Mail:
                 check_text(value, what)
         for status in flt.status or ():
             check_text(status, "status")
+        m.check_status_filter(flt.status)
+        if flt.kind is not None:
+            m.check_kind(flt.kind)
         await self.identity.require(owner)
         flt = flt.model_copy(update={"since": m.check_since(flt.since)})
         async with self.ctx.store.read() as tx:
