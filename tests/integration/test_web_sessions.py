@@ -73,7 +73,12 @@ async def test_a_wrong_token_is_refused_with_its_code(app_client: httpx.AsyncCli
     r = await app_client.post("/ui/signin", data={"token": "pt_nope"}, headers=ORIGIN)
     assert r.status_code == 401
     assert "invalid_token" in r.text
+    # Said in the form's words: a person pasting a token sends no HTTP header.
+    assert "Paste a current one" in r.text and "Authorization" not in r.text
     assert "parley_session" not in r.headers.get("set-cookie", "")
+    r = await app_client.post("/ui/signin", data={"token": " "}, headers=ORIGIN)
+    assert r.status_code == 401 and "missing_token" in r.text
+    assert "paste your parley token" in r.text and "Authorization" not in r.text
 
 
 async def test_session_cookie_flags_and_no_token_stored(

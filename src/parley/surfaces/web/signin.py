@@ -40,6 +40,23 @@ def next_page(wanted: str | None) -> str:
     return f"{PREFIX}/"
 
 
+ISSUE_HINT = "the operator issues one with 'parley token issue <name>'"
+# What a refusal says on this form: the service's own words speak of HTTP headers, which a
+# person pasting a token into a page never sends.
+REFUSALS = {
+    "missing_token": f"No token was given: paste your parley token ({ISSUE_HINT}).",
+    "invalid_token": (
+        "That token is not valid: it is unknown, revoked, or belongs to an agent or person "
+        f"who was deactivated. Paste a current one ({ISSUE_HINT})."
+    ),
+}
+
+
+def refusal(exc: Unauthenticated) -> str:
+    """A sign-in refusal in this form's words, with its stable code."""
+    return f"Sign-in refused ({exc.code}): {REFUSALS.get(exc.code, exc.message)}"
+
+
 def _form(
     request: Request, error: str | None = None, status_code: int = 200, wanted: str | None = None
 ) -> HTMLResponse:
@@ -64,7 +81,7 @@ async def signin(request: Request) -> HTMLResponse | RedirectResponse:
     try:
         principal = await hub_of(request).identity.authenticate(token)
     except Unauthenticated as exc:
-        return _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 401, wanted)
+        return _form(request, refusal(exc), 401, wanted)
     return _signed_in(request, principal.id, hash_token(token), wanted)
 
 
@@ -96,7 +113,7 @@ async def signin_link(request: Request, key: str = "") -> HTMLResponse | Redirec
     try:
         principal = await hub_of(request).identity.authenticate_digest(digest)
     except Unauthenticated as exc:
-        return _form(request, f"Sign-in refused ({exc.code}): {exc.message}", 401)
+        return _form(request, refusal(exc), 401)
     return _signed_in(request, principal.id, digest)
 
 
