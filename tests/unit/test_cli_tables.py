@@ -161,3 +161,44 @@ def test_the_worker_table_fits_80_columns(screen: Console) -> None:
     lines = rendered(screen)
     assert all(len(line) <= 80 for line in lines), "\n".join(lines)
     assert "Port the tok" in "\n".join(lines)
+
+
+def test_an_events_table_shows_each_type_whole_rather_than_all_of_the_payload(
+    screen: Console,
+) -> None:
+    types = ["principal.created", "channel.message", "task.finished", "token.issued"]
+    rows = [
+        events.event_row(
+            {
+                "id": ulid(i),
+                "time": NOW.isoformat(),
+                "type": kind,
+                "actor": "operator",
+                "subject": "alice",
+                "payload": {"message_id": ulid(i + 9), "note": "y" * 60},
+            }
+        )
+        for i, kind in enumerate(types)
+    ]
+    output.table("events", ["id", "time", "type", "actor", "subject", "payload"], rows)
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    for row, kind in zip(body_rows(lines), types, strict=True):
+        assert f" {kind} " in row, row
+
+
+def test_an_empty_column_gives_its_room_to_a_subject(screen: Console) -> None:
+    sent = message(
+        0,
+        created=NOW.isoformat(),
+        from_id="operator",
+        kind="task",
+        status="delivered",
+        subject="Review the parser",
+        labels=[],
+    )
+    output.table("inbox of alice", mail.MAIL_COLUMNS, mail.mail_rows([sent]))
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "Review the parser" in body_rows(lines)[0]
+    assert "labels" not in lines[1]

@@ -176,9 +176,10 @@ def fit_widths(
     columns: Sequence[str], rows: Sequence[Sequence[Text]], width: int, drop: Sequence[str]
 ) -> dict[str, int]:
     """The width of each column kept so the table fits ``width`` characters: rather than cut a
-    column below ``READABLE_WIDTH`` (or an id or a time at all), the optional columns
-    (``drop``, first dropped first) go, then the last ones; what room is left goes to the
-    columns that miss the most."""
+    column below ``READABLE_WIDTH`` (or an id or a time at all), empty columns go, then the
+    optional ones (``drop``, first dropped first), then the last ones; what room is left makes
+    whole the columns that miss the least, and the rest goes to the one that misses the
+    most."""
     natural = {
         name: max([len(name), *(rows[r][i].cell_len for r in range(len(rows)))])
         for i, name in enumerate(columns)
@@ -199,7 +200,12 @@ def fit_widths(
     def needed(names: Sequence[str], size: Callable[[str], int]) -> int:
         return sum(size(n) for n in names) + COLUMN_GAP * (len(names) - 1)
 
-    # The named optional columns first, then (a narrow terminal) the last columns but the first.
+    # A table that does not fit whole first loses the columns with nothing in them, then the
+    # named optional columns, then (a narrow terminal) the last columns but the first.
+    if needed(kept, natural.__getitem__) > width:
+        for i, name in enumerate(columns):
+            if i and not any(row[i].plain for row in rows):
+                kept.remove(name)
     for name in [*drop, *reversed(columns[1:])]:
         if needed(kept, floor) <= width:
             break
@@ -207,13 +213,15 @@ def fit_widths(
             kept.remove(name)
     widths = {name: floor(name) for name in kept}
     room = width - needed(kept, widths.__getitem__)
-    # Hand out the room a character at a time to the column missing the most.
-    while room > 0:
-        name = max(kept, key=lambda n: natural[n] - widths[n])
-        if natural[name] <= widths[name]:
-            break
-        widths[name] += 1
-        room -= 1
+    # Hand out the room to the columns that miss the least first, so that as many as can be are
+    # shown whole (an event's type, a subject) rather than one long column (a payload) taking
+    # it all; the last of the room goes to the column that misses the most.
+    for name in sorted(kept, key=lambda n: natural[n] - widths[n]):
+        grant = min(room, natural[name] - widths[name])
+        if grant <= 0:
+            continue
+        widths[name] += grant
+        room -= grant
     return widths
 
 
