@@ -165,3 +165,26 @@ async def test_a_meetings_short_id_addresses_it(
         assert (await cli.ok("usage", "--meeting", meeting.id[:14]))["by"] == "agent"
         unknown = await cli.refused("usage", "--meeting", "mtg-0000")
         assert "error [meeting_not_found]" in unknown
+
+
+async def test_a_session_is_addressed_by_its_name_or_the_start_of_its_id(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, port: int
+) -> None:
+    alice = await make_agent("alice", runtime={"kind": "scripted", "replies": ["ok"]})
+    bob = await make_agent("bob")
+    worker = await hub.workers.start(
+        operator, StartSpec(agent_id="alice", prompt="go", name="audit")
+    )
+    await hub.tasks.wait_idle()
+    async with Served(hub, port) as served:
+        cli = Cli(served.url, str(hub.operator_token))
+        # As docs/workers.md writes it: `parley worker start … --name audit`, then
+        # `parley worker topology <session>`.
+        for ref in ("audit", worker.session_id.removeprefix("vs-").lower()):
+            shown = await cli.ok("worker", "topology", ref)
+            assert shown["session"]["id"] == worker.session_id
+        mine = await cli.ok("worker", "topology", "audit", token=alice.token)
+        assert mine["session"]["id"] == worker.session_id
+        # Another agent's session is not found by its name.
+        hidden = await cli.refused("worker", "topology", "audit", token=bob.token)
+        assert "error [session_not_found]" in hidden and worker.session_id not in hidden

@@ -7,7 +7,9 @@ a channel or room id takes a name too, with one rule for all of them. A referenc
 channels fit is refused ``ambiguous_channel`` (``ambiguous_room``) with the candidates; one that
 fits nothing reaches the route unchanged and is refused there as unknown.
 
-Mail, tasks, workers and meetings have no names, but the CLI's tables show their ids shortened
+A logical session (``/v1/sessions/...``) is addressed by its name or the start of its id among
+the operator's all and an agent's own (``ambiguous_session``). Mail, tasks, workers and
+meetings have no names, but the CLI's tables show their ids shortened
 to a unique start: such a start addresses them too (``/v1/mail/01JF3ABC``), among those the
 caller may see (``ambiguous_message``, ``ambiguous_task``, ``ambiguous_worker``,
 ``ambiguous_meeting`` when several fit). An agent joins a room it does not see yet
@@ -23,6 +25,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.core import names
+from parley.core.channels import LogicalSession
 from parley.core.errors import Conflict, ParleyError
 from parley.core.identity import Principal
 from parley.core.limits import check_text
@@ -35,6 +38,7 @@ FULL_CHANNEL_ID = re.compile(_ULID)
 FULL_ROOM_ID = re.compile(rf"room-{_ULID}")
 FULL_WORKER_ID = re.compile(rf"w-{_ULID}")
 FULL_MEETING_ID = re.compile(rf"mtg-{_ULID}")
+FULL_SESSION_ID = re.compile(rf"vs-{_ULID}")
 
 # (path prefix, words that are routes of their own at that place, what a full id looks like,
 # what it addresses). The meetings' place comes before the rooms' that holds it.
@@ -46,6 +50,7 @@ PLACES: tuple[tuple[str, frozenset[str], re.Pattern[str], str], ...] = (
     ("/v1/mail/", frozenset(), FULL_CHANNEL_ID, "message"),
     ("/v1/tasks/", frozenset(), FULL_CHANNEL_ID, "task"),
     ("/v1/workers/", frozenset(), FULL_WORKER_ID, "worker"),
+    ("/v1/sessions/", frozenset(), FULL_SESSION_ID, "session"),
 )
 
 # What has no name, addressed by the start of its id: (table, the id's own prefix).
@@ -66,6 +71,7 @@ class NameResolver:
         self._resolvers: dict[str, Callable[[Principal, str], Awaitable[str | None]]] = {
             "channel": hub.channels.resolve,
             "room": hub.rooms.resolve,
+            "session": self._session,
         }
         # How each kind without a name tells whether the caller may see one (refuses if not).
         self._getters: dict[str, Callable[[Principal, str], Awaitable[object]]] = {
@@ -138,6 +144,29 @@ class NameResolver:
             code=f"ambiguous_{kind}",
             candidates=[{"id": i} for i in shown],
         )
+
+    async def _session(self, caller: Principal, ref: str) -> str | None:
+        """A logical session by its name (``parley worker start --name``) or the start of its
+        id, among the operator's all and an agent's own."""
+        ref = ref.strip()
+        async with self.hub.ctx.store.read() as tx:
+            c = tx.table("sessions").c
+            named = await tx.select("sessions", c.display_name == ref, order_by=[c.id], limit=50)
+            prefixed = []
+            if len(ref) >= names.MIN_PREFIX:
+                key = names.id_key(ref, "vs-")
+                prefixed = await tx.select(
+                    "sessions", c.id.startswith(key, autoescape=True), order_by=[c.id], limit=50
+                )
+
+        def seen(rows: list[LogicalSession]) -> list[names.Named]:
+            return [
+                names.Named(x.id, x.display_name)
+                for x in rows
+                if caller.is_operator or x.agent_id == caller.id
+            ]
+
+        return names.choose(ref, "session", seen(named), seen(prefixed))
 
     async def _room_named(self, ref: str) -> str | None:
         """The room of exactly this name among every room (room names are unique): an agent
