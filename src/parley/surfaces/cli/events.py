@@ -95,7 +95,10 @@ def events(
         )
         more = len(rows) == limit
     columns = ["id", "time", "type", "actor", "subject", "payload"]
-    emit(ctx, as_json, rows, lambda evs: table("events", columns, map(event_row, evs)))
+    # At 80 columns an event's type, actor and subject are whole; its id (the hint below
+    # names the one to page from) and its payload come where there is room.
+    spare = ("id", "payload")
+    emit(ctx, as_json, rows, lambda evs: table("events", columns, map(event_row, evs), spare=spare))
     if more:
         # On stderr, so --json stays JSON.
         sys.stderr.write(f"older events may follow; list them with --before {rows[-1]['id']}\n")
