@@ -132,6 +132,11 @@ async def test_channel_options_take_names_and_search_takes_several_words(
         assert "error [channel_not_found]" in unknown
         usage = await cli.ok("usage", "--discussion", "design")
         assert usage["groups"] == []
+        # The event log's subjects read KIND:ID; a name or an id's start works there too.
+        about = await cli.ok("events", "--subject", "channel:design")
+        assert about and {e["subject"] for e in about} == {f"channel:{design.id}"}
+        assert "channel_not_found" in await cli.refused("events", "--subject", "channel:nope")
+        assert await cli.ok("events", "--subject", "alice", "--type", "agent.created")
 
 
 async def test_an_agent_joins_a_room_by_its_name(
