@@ -193,3 +193,36 @@ async def test_a_session_is_addressed_by_its_name_or_the_start_of_its_id(
         # Another agent's session is not found by its name.
         hidden = await cli.refused("worker", "topology", "audit", token=bob.token)
         assert "error [session_not_found]" in hidden and worker.session_id not in hidden
+
+
+async def test_mail_is_addressed_to_a_channel_or_session_by_name_and_replies_by_id_start(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, port: int
+) -> None:
+    await make_agent("alice", runtime={"kind": "scripted", "replies": ["ok"]})
+    await make_agent("bob")
+    design = await hub.channels.create(
+        operator, ChannelSpec(name="design", members=["operator", "alice", "bob"])
+    )
+    worker = await hub.workers.start(
+        operator, StartSpec(agent_id="alice", prompt="go", name="audit")
+    )
+    await hub.tasks.wait_idle()
+    first = (
+        await hub.mail.send(operator, SendRequest(to="bob", kind="task", subject="first"))
+    ).message
+    async with Served(hub, port) as served:
+        cli = Cli(served.url, str(hub.operator_token))
+        to_channel = await cli.ok(
+            "mail", "send", "channel:design", "--subject", "hello", "--parent", first.id[:-1]
+        )
+        assert to_channel["parent_message_id"] == first.id
+        to_session = await cli.ok("mail", "send", "session:audit", "--subject", "s")
+        assert (to_session["to_kind"], to_session["to_id"]) == ("session", worker.session_id)
+        assert (to_channel["to_kind"], to_channel["to_id"]) == ("channel", design.id)
+        line = await asyncio.to_thread(
+            cli.runner.invoke,
+            app,
+            ["--url", served.url, "--token", cli.token, "mail", "send", "channel:design"],
+        )
+        assert line.exit_code == 0 and line.output.rstrip().endswith("to channel:design")
+        assert "channel_not_found" in await cli.refused("mail", "send", "channel:nope")

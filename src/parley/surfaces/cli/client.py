@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 FULL_CHANNEL_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 FULL_WORKER_ID = re.compile(r"w-[0-9A-HJKMNP-TV-Z]{26}")
 FULL_MEETING_ID = re.compile(r"mtg-[0-9A-HJKMNP-TV-Z]{26}")
+FULL_SESSION_ID = re.compile(r"vs-[0-9A-HJKMNP-TV-Z]{26}")
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 TIMEOUT_S = 30.0
 RECONNECT_ATTEMPTS = 10
