@@ -140,3 +140,18 @@ async def test_paths_take_the_start_of_a_mail_worker_or_session_id(
     assert topology.json()["session"]["id"] == worker.session_id, topology.text
     # A start no id has (LIKE wildcards taken as text): the route refuses it as unknown.
     assert (await op.get("/v1/mail/0%25_x")).json()["code"] == "message_not_found"
+
+
+async def test_an_invitee_accepts_by_the_start_of_the_invitations_id(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, api: Any
+) -> None:
+    ann = await make_agent("ann")
+    bob = await make_agent("bob")
+    design = await hub.channels.create(operator, ChannelSpec(name="design"))
+    invitation = await hub.invitations.invite(operator, design.id, "ann")
+    # Someone else's invitation is not found by its start, as by its id.
+    theirs = await api(bob.token).post(f"/v1/invitations/{invitation.id[:12]}/accept")
+    assert (theirs.status_code, theirs.json()["code"]) == (404, "invitation_not_found")
+    assert invitation.id not in theirs.text
+    accepted = await api(ann.token).post(f"/v1/invitations/{invitation.id[:12]}/accept")
+    assert (accepted.status_code, accepted.json()["status"]) == (200, "accepted"), accepted.text

@@ -8,12 +8,13 @@ channels fit is refused ``ambiguous_channel`` (``ambiguous_room``) with the cand
 fits nothing reaches the route unchanged and is refused there as unknown.
 
 A logical session (``/v1/sessions/...``) is addressed by its name or the start of its id among
-the operator's all and an agent's own (``ambiguous_session``). Mail, tasks, workers and
-meetings have no names, but the CLI's tables show their ids shortened
+the operator's all and an agent's own (``ambiguous_session``). Mail, tasks, workers, meetings
+and invitations (the invitee's own) have no names, but the CLI's tables show their ids shortened
 to a unique start: such a start addresses them too (``/v1/mail/01JF3ABC``), among those the
 caller may see (``ambiguous_message``, ``ambiguous_task``, ``ambiguous_worker``,
-``ambiguous_meeting`` when several fit). An agent joins a room it does not see yet
-(``POST /v1/rooms/{room}/members``): there the room's exact name counts among every room."""
+``ambiguous_meeting``, ``ambiguous_invitation`` when several fit). An agent joins a room it does
+not see yet (``POST /v1/rooms/{room}/members``): there the room's exact name counts among every
+room."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.core import names
 from parley.core.channels import LogicalSession
-from parley.core.errors import Conflict, ParleyError
+from parley.core.consent import Invitation
+from parley.core.errors import Conflict, NotFound, ParleyError
 from parley.core.identity import Principal
 from parley.core.limits import check_text
 from parley.service.hub import Hub
@@ -51,6 +53,7 @@ PLACES: tuple[tuple[str, frozenset[str], re.Pattern[str], str], ...] = (
     ("/v1/tasks/", frozenset(), FULL_CHANNEL_ID, "task"),
     ("/v1/workers/", frozenset(), FULL_WORKER_ID, "worker"),
     ("/v1/sessions/", frozenset(), FULL_SESSION_ID, "session"),
+    ("/v1/invitations/", frozenset(), FULL_CHANNEL_ID, "invitation"),
 )
 
 # What has no name, addressed by the start of its id: (table, the id's own prefix).
@@ -59,6 +62,7 @@ BY_PREFIX_ONLY: dict[str, tuple[str, str]] = {
     "task": ("tasks", ""),
     "worker": ("workers", "w-"),
     "meeting": ("meetings", "mtg-"),
+    "invitation": ("invitations", ""),
 }
 
 
@@ -79,6 +83,7 @@ class NameResolver:
             "task": hub.tasks.get,
             "worker": hub.workers.get,
             "meeting": hub.meetings.get,
+            "invitation": self._own_invitation,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -167,6 +172,14 @@ class NameResolver:
             ]
 
         return names.choose(ref, "session", seen(named), seen(prefixed))
+
+    async def _own_invitation(self, caller: Principal, invitation_id: str) -> object:
+        """An invitation is the invitee's to decide (and to find): anyone else's is refused."""
+        async with self.hub.ctx.store.read() as tx:
+            invitation: Invitation | None = await tx.get("invitations", invitation_id)
+        if invitation is None or invitation.agent_id != caller.id:
+            raise NotFound(f"no invitation {invitation_id!r}", code="invitation_not_found")
+        return invitation
 
     async def _room_named(self, ref: str) -> str | None:
         """The room of exactly this name among every room (room names are unique): an agent
