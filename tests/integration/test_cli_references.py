@@ -226,3 +226,28 @@ async def test_mail_is_addressed_to_a_channel_or_session_by_name_and_replies_by_
         )
         assert line.exit_code == 0 and line.output.rstrip().endswith("to channel:design")
         assert "channel_not_found" in await cli.refused("mail", "send", "channel:nope")
+
+
+async def test_a_worker_tree_and_watch_take_the_start_of_its_id(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, port: int
+) -> None:
+    await make_agent("alice", runtime={"kind": "scripted", "replies": ["ok"]})
+    worker = await hub.workers.start(operator, StartSpec(agent_id="alice", prompt="go"))
+    await hub.tasks.wait_idle()
+    await hub.workers.cancel(operator, worker.id, reason="done here")
+    async with Served(hub, port) as served:
+        cli = Cli(served.url, str(hub.operator_token))
+
+        def plain(*args: str) -> Any:
+            return cli.runner.invoke(
+                app, ["--url", served.url, "--token", cli.token, *args], env={"COLUMNS": "120"}
+            )
+
+        drawn = await asyncio.to_thread(plain, "worker", "tree", worker.id[:12])
+        assert drawn.exit_code == 0, drawn.output
+        node = next(line for line in drawn.output.splitlines() if "killed" in line)
+        assert worker.id in node and "◀" in node, drawn.output
+        # The watch of an ended worker ends at once, named by the start of its id as by its id.
+        watched = await asyncio.to_thread(plain, "worker", "watch", worker.id[:12])
+        assert watched.exit_code == 0, watched.output
+        assert f"{worker.id} ended: killed" in watched.output
