@@ -118,7 +118,7 @@ async def test_takeover_interrupts_a_claude_code_turn_mid_stream_in_the_same_pro
     async with hub.store.read() as tx:
         u = tx.table("turn_usage").c
         booked = await tx.select("turn_usage", u.agent_id == "coder", order_by=[u.created, u.id])
-    assert [r.id for r in booked][0] == call.id and len(booked) == 2
+    assert len(booked) == 2 and booked[0].id == call.id
     assert [r.cost_usd for r in booked] == [pytest.approx(COST_PER_TURN)] * 2
 
 
