@@ -11,8 +11,11 @@ def test_consent_and_invitations_from_the_cli(cli: Cli) -> None:
     bob = cli.json("agent", "add", "bob")["token"]
     carol = cli.json("agent", "add", "carol", "--accept-channels-from", "alice")["token"]
 
-    cli.fails("channel", "create", "--name", "g", "--member", "bob", token=alice,
-              code="membership_consent_required")  # fmt: skip
+    refused = cli.fails("channel", "create", "--name", "g", "--member", "bob", token=alice,
+                        code="membership_consent_required")  # fmt: skip
+    # The way out is named as commands, not only as a REST route.
+    assert "`parley channel invite <channel> <agent>`" in refused.stderr
+    assert "`parley agent consent <agent> --accept-channels-from alice`" in refused.stderr
     group = cli.json("channel", "create", "--name", "g", "--member", "carol", token=alice)
     assert group["members"] == ["alice", "carol"]
 

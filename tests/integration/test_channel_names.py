@@ -118,3 +118,40 @@ async def test_a_room_name_names_one_room_and_paths_take_it(
     assert (bare.status_code, bare.json()["id"]) == (200, other.id)
     by_name = await op.get("/v1/rooms/standup")
     assert by_name.json()["id"] == room_id
+
+
+async def test_paths_take_the_start_of_a_mail_worker_or_session_id(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, api: Any
+) -> None:
+    from parley.core.mail import SendRequest
+    from parley.service.workers.records import StartSpec
+
+    await make_agent("ann", runtime={"kind": "scripted", "replies": ["ok"]})
+    note = SendRequest(to="ann", kind="notice", subject="s")
+    sent = (await hub.mail.send(operator, note)).message
+    worker = await hub.workers.start(operator, StartSpec(agent_id="ann", prompt="go", name="aud"))
+    await hub.tasks.wait_idle()
+    op = api(hub.operator_token)
+    got = await op.get(f"/v1/mail/{sent.id[:-1].lower()}")
+    assert (got.status_code, got.json()["id"]) == (200, sent.id), got.text
+    shown = await op.get(f"/v1/workers/{worker.id.removeprefix('w-')}")
+    assert (shown.status_code, shown.json()["id"]) == (200, worker.id), shown.text
+    topology = await op.get("/v1/sessions/aud/topology")
+    assert topology.json()["session"]["id"] == worker.session_id, topology.text
+    # A start no id has (LIKE wildcards taken as text): the route refuses it as unknown.
+    assert (await op.get("/v1/mail/0%25_x")).json()["code"] == "message_not_found"
+
+
+async def test_an_invitee_accepts_by_the_start_of_the_invitations_id(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, api: Any
+) -> None:
+    ann = await make_agent("ann")
+    bob = await make_agent("bob")
+    design = await hub.channels.create(operator, ChannelSpec(name="design"))
+    invitation = await hub.invitations.invite(operator, design.id, "ann")
+    # Someone else's invitation is not found by its start, as by its id.
+    theirs = await api(bob.token).post(f"/v1/invitations/{invitation.id[:12]}/accept")
+    assert (theirs.status_code, theirs.json()["code"]) == (404, "invitation_not_found")
+    assert invitation.id not in theirs.text
+    accepted = await api(ann.token).post(f"/v1/invitations/{invitation.id[:12]}/accept")
+    assert (accepted.status_code, accepted.json()["status"]) == (200, "accepted"), accepted.text

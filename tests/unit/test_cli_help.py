@@ -109,3 +109,23 @@ def test_the_mailroom_names_of_the_operator_are_documented() -> None:
     assert f"the operator is written `{OPERATOR_NAME}`" in readme
     assert f"recipient `{BROADCAST_NAME}`" in readme
     assert f"operator is written `{OPERATOR_NAME}`" in help_of("mailroom", "export")
+
+
+def test_a_commands_help_is_never_broken_mid_sentence() -> None:
+    """Docstrings wrapped in the source read as one line per paragraph in help (the list of
+    commands showed 'for the operator also every' on a line of its own)."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, ParleyGroup)
+    root.tidy()
+
+    def walk(command: Any, path: str) -> Iterator[tuple[str, Any]]:
+        yield path, command
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            yield from walk(sub, f"{path} {name}".strip())
+
+    broken = [
+        path
+        for path, command in walk(root, "parley")
+        if re.search(r"[^\n]\n[^\n]", command.help or "")
+    ]
+    assert broken == []

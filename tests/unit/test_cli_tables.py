@@ -161,3 +161,108 @@ def test_the_worker_table_fits_80_columns(screen: Console) -> None:
     lines = rendered(screen)
     assert all(len(line) <= 80 for line in lines), "\n".join(lines)
     assert "Port the tok" in "\n".join(lines)
+
+
+def test_an_events_table_shows_each_type_whole_rather_than_all_of_the_payload(
+    screen: Console,
+) -> None:
+    types = ["principal.created", "channel.message", "task.finished", "token.issued"]
+    rows = [
+        events.event_row(
+            {
+                "id": ulid(i),
+                "time": NOW.isoformat(),
+                "type": kind,
+                "actor": "operator",
+                "subject": "alice",
+                "payload": {"message_id": ulid(i + 9), "note": "y" * 60},
+            }
+        )
+        for i, kind in enumerate(types)
+    ]
+    output.table("events", ["id", "time", "type", "actor", "subject", "payload"], rows)
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    for row, kind in zip(body_rows(lines), types, strict=True):
+        assert f" {kind} " in row, row
+
+
+def test_an_empty_column_gives_its_room_to_a_subject(screen: Console) -> None:
+    sent = message(
+        0,
+        created=NOW.isoformat(),
+        from_id="operator",
+        kind="task",
+        status="delivered",
+        subject="Review the parser",
+        labels=[],
+    )
+    output.table("inbox of alice", mail.MAIL_COLUMNS, mail.mail_rows([sent]))
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "Review the parser" in body_rows(lines)[0]
+    assert "labels" not in lines[1]
+
+
+def same_ms_events(count: int, shift: int = 0) -> list[tuple[object, ...]]:
+    """Events stored in one millisecond: their ids differ only from the character ``shift``
+    selects (0: the last)."""
+    return [
+        events.event_row(
+            {
+                "id": ulid(0, 77 + (i << shift)),
+                "time": NOW.isoformat(),
+                "type": "mail.status_changed",
+                "actor": "operator",
+                "subject": f"message:{ulid(-5, 3)}",
+                "payload": {"from": "delivered", "to": "closed"},
+            }
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_shortened_id_is_never_cut_further(screen: Console) -> None:
+    # Ids of one millisecond stay whole (they differ in their last character) beside a short
+    # one of another: the column of them was cut to 12 characters, which address nothing.
+    rows = [*same_ms_events(3), *same_ms_events(1, shift=70)]
+    rows[-1] = (ulid(-9000), *rows[-1][1:])
+    output.table("events", ["id", "time", "type", "actor", "subject", "payload"], rows)
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    shown = [row.split()[0] for row in body_rows(lines)]
+    assert len(set(shown)) == 4 and not any("…" in cell for cell in shown), shown
+    assert all(str(row[0]).startswith(cell) for row, cell in zip(rows, shown, strict=True))
+
+
+def test_the_event_log_at_80_columns_keeps_type_actor_and_subject_whole(screen: Console) -> None:
+    output.table(
+        "events",
+        ["id", "time", "type", "actor", "subject", "payload"],
+        same_ms_events(3),
+        spare=("id", "payload"),
+    )
+    lines = rendered(screen)
+    assert all(len(line) <= 80 for line in lines), lines
+    for row in body_rows(lines):
+        assert " mail.status_changed " in row and f"message:{ulid(-5, 3)}"[:18] in row, row
+    # Short ids leave room for them: an id column again.
+    output.table(
+        "events",
+        ["id", "time", "type", "actor", "subject", "payload"],
+        [
+            events.event_row(
+                {
+                    "id": ulid(i * 9),
+                    "time": NOW.isoformat(),
+                    "type": "token.issued",
+                    "actor": "operator",
+                    "subject": "alice",
+                    "payload": {},
+                }
+            )
+            for i in range(2)
+        ],
+        spare=("id", "payload"),
+    )
+    assert rendered(screen)[1].split()[0] == "id"

@@ -73,9 +73,11 @@ def refuse_unconsented(adder: Principal, missing: list[str]) -> None:
     names = ", ".join(repr(m) for m in missing)
     raise PermissionDenied(
         f"{names} {'has' if len(missing) == 1 else 'have'} not consented to be added to channels "
-        f"by {adder.id!r}; create the channel without them and invite them (POST "
-        "/v1/channels/{id}/invitations, or the invite_to_channel tool): each joins when it "
-        f"accepts. Or ask the operator to put {adder.id!r} on their accepts_channels_from.",
+        f"by {adder.id!r}; create the channel without them and invite them (`parley channel "
+        "invite <channel> <agent>`, the invite_to_channel tool, or POST "
+        "/v1/channels/{id}/invitations): each joins when it accepts. Or ask the operator to "
+        f"put {adder.id!r} on their accepts_channels_from (`parley agent consent <agent> "
+        f"--accept-channels-from {adder.id}`).",
         code="membership_consent_required",
         agents=missing,
     )

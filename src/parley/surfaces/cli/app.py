@@ -7,6 +7,7 @@ exits 2 (click's convention); ``--json`` prints the API's raw JSON for scripts.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Annotated, Any
 
 import typer
@@ -59,6 +60,7 @@ def tidy_help(command: Any, name: str, json_flag: Any) -> None:
     an argument are named in capitals (never a Python type), and ``--json`` is listed wherever
     it works. (Typer vendors click: its objects are recognised by what they have.)"""
     quiet_help_flag(command)
+    command.help = unwrapped(command.help)
     subcommands = getattr(command, "commands", None)
     if subcommands is not None:
         for sub_name, sub in subcommands.items():
@@ -78,6 +80,15 @@ def tidy_help(command: Any, name: str, json_flag: Any) -> None:
     has_json = any("--json" in p.opts for p in command.params)
     if not has_json and name not in NO_JSON:
         command.params.append(json_option(json_flag))
+
+
+def unwrapped(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line: help shows its line breaks as they are, so a
+    paragraph wrapped in the source came out broken mid-sentence in the list of commands."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 def name_values(params: Any) -> None:

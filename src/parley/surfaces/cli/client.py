@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ from parley.home import DEFAULT_PORT, operator_token_path, read_hub_info, resolv
 if TYPE_CHECKING:
     import httpx
 
+# Full ids: anything else given for one is a name or the start of an id.
+FULL_CHANNEL_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+FULL_WORKER_ID = re.compile(r"w-[0-9A-HJKMNP-TV-Z]{26}")
+FULL_MEETING_ID = re.compile(r"mtg-[0-9A-HJKMNP-TV-Z]{26}")
+FULL_SESSION_ID = re.compile(r"vs-[0-9A-HJKMNP-TV-Z]{26}")
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 TIMEOUT_S = 30.0
 RECONNECT_ATTEMPTS = 10
@@ -251,6 +257,30 @@ class HubClient:
             if following is None:
                 return
             response = self.exchange("GET", following["url"])
+
+    def channel_id(self, ref: str | None) -> str | None:
+        """A channel option's value (a name, an id or the start of one) as the channel's full
+        id."""
+        return self._full_id("/v1/channels/", FULL_CHANNEL_ID, ref)
+
+    def worker_id(self, ref: str | None) -> str | None:
+        """A worker option's value (an id or the start of one) as the worker's full id."""
+        return self._full_id("/v1/workers/", FULL_WORKER_ID, ref)
+
+    def meeting_id(self, ref: str | None) -> str | None:
+        """A meeting option's value (an id or the start of one) as the meeting's full id."""
+        return self._full_id("/v1/rooms/meetings/", FULL_MEETING_ID, ref)
+
+    def _full_id(self, place: str, full: re.Pattern[str], ref: str | None) -> str | None:
+        """An option's reference looked up through the path of what it names, which takes a
+        name or the start of an id as the full id: an unknown or ambiguous reference is refused
+        as that path refuses it. (A query parameter takes only the full id.)"""
+        if ref is None or full.fullmatch(ref):
+            return ref
+        from urllib.parse import quote
+
+        found: dict[str, Any] = self.get(place + quote(ref, safe=""))
+        return str(found["id"])
 
     def post(self, path: str, body: Any = None, **params: Any) -> Any:
         return self.request("POST", path, params=params, json_body={} if body is None else body)

@@ -127,13 +127,23 @@ def check(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     assert settings.discord_token is not None
     assert settings.discord_guild_id is not None
     assert settings.discord_forum_channel_id is not None
-    results = asyncio.run(
-        check_discord(
-            settings.discord_token.get_secret_value(),
-            guild_id=settings.discord_guild_id,
-            forum_channel_id=settings.discord_forum_channel_id,
+    try:
+        results = asyncio.run(
+            check_discord(
+                settings.discord_token.get_secret_value(),
+                guild_id=settings.discord_guild_id,
+                forum_channel_id=settings.discord_forum_channel_id,
+            )
         )
-    )
+    except (OSError, TimeoutError) as exc:
+        # No connection (no network, no name resolution, a proxy in the way): one line, not
+        # the HTTP library's traceback.
+        print_error(
+            "discord_unavailable",
+            f"could not reach Discord to check the settings ({type(exc).__name__}: {exc}); "
+            "check this machine's network access to discord.com",
+        )
+        raise typer.Exit(1) from None
     rows = [{"check": name, "ok": ok, "detail": detail} for name, ok, detail in results]
     if wants_json(ctx, as_json):
         emit(ctx, as_json, rows, lambda _: None)

@@ -84,7 +84,10 @@ def start(
     member: Members = None,
     origin: Annotated[
         str | None,
-        typer.Option(help="Channel to report back to (default: your work channel)."),
+        typer.Option(
+            help="Channel to report back to: its name, id or id prefix (default: your work "
+            "channel)."
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Channel name.")] = None,
     as_json: JsonFlag = False,
@@ -100,6 +103,7 @@ def start(
             )
     if not member:
         raise typer.BadParameter("name at least one --member", param_hint="--member")
+    origin = hub.channel_id(origin)
     body = {
         "name": name or name_from(guide),
         "members": member,

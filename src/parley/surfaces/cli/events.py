@@ -7,6 +7,7 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 from rich.text import Text
@@ -51,12 +52,43 @@ def parse_since(value: str) -> str:
     return (parsed if parsed.tzinfo else parsed.astimezone()).isoformat()
 
 
+# An event's subject names what it is about as KIND:ID; each kind's path takes a name or the
+# start of an id as well, and answers the full id.
+SUBJECT_PATHS = {
+    "channel": "/v1/channels/",
+    "room": "/v1/rooms/",
+    "meeting": "/v1/rooms/meetings/",
+    "worker": "/v1/workers/",
+    "message": "/v1/mail/",
+    "task": "/v1/tasks/",
+}
+FULL_ID = re.compile(r"([a-z]{1,8}-)?[0-9A-HJKMNP-TV-Z]{26}")
+
+
+def full_subject(hub: HubClient, subject: str | None) -> str | None:
+    """``channel:design`` as the log records it, ``channel:<its id>``; other subjects as given."""
+    if subject is None:
+        return None
+    kind, sep, ref = subject.partition(":")
+    if not sep or kind not in SUBJECT_PATHS or not ref or FULL_ID.fullmatch(ref):
+        return subject
+    found = hub.get(SUBJECT_PATHS[kind] + quote(ref, safe=""))
+    return f"{kind}:{found['id']}"
+
+
 def events(
     ctx: typer.Context,
     type_: Annotated[
         str | None, typer.Option("--type", help="Event type; ending in '.' matches a prefix.")
     ] = None,
-    subject: Annotated[str | None, typer.Option(help="Only events about this subject.")] = None,
+    subject: Annotated[
+        str | None,
+        typer.Option(
+            help="Only events about this subject: an agent or human id, or KIND:REF such as "
+            "channel:design, worker:w-01JF3, room:sync, meeting:…, message:…, task:… (a name "
+            "or the start of an id)."
+        ),
+    ] = None,
     actor: Annotated[str | None, typer.Option(help="Only events by this actor.")] = None,
     since: Annotated[str | None, typer.Option(help=SINCE_HELP)] = None,
     before: Annotated[
@@ -81,7 +113,7 @@ def events(
     """The event log, newest first (operator); --follow prints new events as they happen."""
     hub = client(ctx)
     machine = wants_json(ctx, as_json)
-    filters = {"type": type_, "subject": subject, "actor": actor}
+    filters = {"type": type_, "subject": full_subject(hub, subject), "actor": actor}
     if follow:
         follow_events(hub, machine, filters, after=after, from_start=from_start)
         return
@@ -95,7 +127,10 @@ def events(
         )
         more = len(rows) == limit
     columns = ["id", "time", "type", "actor", "subject", "payload"]
-    emit(ctx, as_json, rows, lambda evs: table("events", columns, map(event_row, evs)))
+    # At 80 columns an event's type, actor and subject are whole; its id (the hint below
+    # names the one to page from) and its payload come where there is room.
+    spare = ("id", "payload")
+    emit(ctx, as_json, rows, lambda evs: table("events", columns, map(event_row, evs), spare=spare))
     if more:
         # On stderr, so --json stays JSON.
         sys.stderr.write(f"older events may follow; list them with --before {rows[-1]['id']}\n")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 from rich.panel import Panel
 from rich.text import Text
 
 from parley.core.mail_kinds import DEFAULT_TTL_SECONDS, MAIL_KINDS
-from parley.surfaces.cli.client import HubClient
+from parley.surfaces.cli.client import FULL_CHANNEL_ID, FULL_SESSION_ID, HubClient
 from parley.surfaces.cli.output import (
     JsonFlag,
     age,
@@ -104,20 +105,49 @@ def render_changed(m: dict[str, Any]) -> None:
     console.print(Text(f"{m['id']} is now {m['status']}{label}"))
 
 
+def address(hub: HubClient, to: str) -> str:
+    """A recipient as the hub takes it: ``channel:design`` → ``channel:<its id>``, and a
+    session by its name or id start → ``session:<its id>``; anything else as given."""
+    kind, sep, ref = to.partition(":")
+    if sep and kind == "channel":
+        return f"channel:{hub.channel_id(ref)}"
+    if sep and kind == "session" and not FULL_SESSION_ID.fullmatch(ref):
+        found = hub.get(f"/v1/sessions/{quote(ref, safe='')}/topology")
+        return f"session:{found['session']['id']}"
+    return to
+
+
+def message_id(hub: HubClient, ref: str | None) -> str | None:
+    """A message reference (an id or the start of one) as the message's full id."""
+    if ref is None or FULL_CHANNEL_ID.fullmatch(ref):
+        return ref
+    return str(hub.get(f"/v1/mail/{quote(ref, safe='')}")["id"])
+
+
 @mail_app.command("send")
 def send(
     ctx: typer.Context,
-    to: Annotated[str, typer.Argument(help="Agent id, 'session:<id>', 'channel:<id>' or '*'.")],
+    to: Annotated[
+        str,
+        typer.Argument(
+            help="Agent or human id, 'channel:<channel>' (its name, id or id start), "
+            "'session:<session>' (likewise) or '*'."
+        ),
+    ],
     kind: Annotated[str, typer.Option(help=f"One of: {', '.join(MAIL_KINDS)}.")] = "notice",
     subject: Annotated[str, typer.Option(help="Subject line.")] = "",
     body: Annotated[str | None, typer.Option(help="Markdown body.")] = None,
     body_file: Annotated[
         Path | None, typer.Option("--body-file", help="Read the body from a file ('-': stdin).")
     ] = None,
-    cc: Annotated[list[str] | None, typer.Option(help="Copy to (repeatable).")] = None,
+    cc: Annotated[
+        list[str] | None, typer.Option(help="Copy to this agent or human (repeatable).")
+    ] = None,
     label: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
     related: Annotated[list[str] | None, typer.Option(help="Related id (repeatable).")] = None,
-    parent: Annotated[str | None, typer.Option(help="The message this replies to.")] = None,
+    parent: Annotated[
+        str | None, typer.Option(help="The message this replies to (its id or id start).")
+    ] = None,
     correlation: Annotated[str | None, typer.Option(help="Correlation id.")] = None,
     idempotency_key: Annotated[
         str | None, typer.Option(help="A resend with the same key returns the original.")
@@ -129,33 +159,39 @@ def send(
     as_json: JsonFlag = False,
 ) -> None:
     """Send mail as the caller."""
+    hub = client(ctx)
     request: dict[str, Any] = {
-        "to": to,
+        "to": address(hub, to),
         "kind": kind,
         "subject": subject,
         "body": read_body(body, body_file),
         "cc": cc or [],
         "labels": label or [],
         "related": related or [],
-        "parent_message_id": parent,
+        "parent_message_id": message_id(hub, parent),
         "correlation_id": correlation,
         "idempotency_key": idempotency_key,
         "ttl_seconds": ttl,
     }
     if payload is not None:
         request["payload"] = json_object(payload, "--payload")
-    response = client(ctx).exchange("POST", "/v1/mail", json_body=request)
+    response = hub.exchange("POST", "/v1/mail", json_body=request)
     sent = response.json()
     # A resend with a known idempotency key sent nothing: the hub answers with the original.
     replayed = response.headers.get("Idempotent-Replayed") == "true"
     if replayed:
         sent["replayed"] = True
     done = "already sent (idempotent resend; nothing sent again):" if replayed else "sent"
+    # Mail to a channel or to everyone is a copy per recipient: the answer is the first copy,
+    # so the line names what was addressed rather than that copy's recipient.
+    many = to == "*" or to.startswith("channel:")
     emit(
         ctx,
         as_json,
         sent,
-        lambda m: console.print(Text(f"{done} {m['kind']} {m['id']} to {m['recipient_id']}")),
+        lambda m: console.print(
+            Text(f"{done} {m['kind']} {m['id']} to {to if many else m['recipient_id']}")
+        ),
     )
 
 

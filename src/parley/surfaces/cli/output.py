@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -173,22 +173,33 @@ def _plain(cell: Any) -> Text:
 
 
 def fit_widths(
-    columns: Sequence[str], rows: Sequence[Sequence[Text]], width: int, drop: Sequence[str]
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Text]],
+    width: int,
+    drop: Sequence[str],
+    *,
+    short: Collection[str] = (),
+    spare: Sequence[str] = (),
 ) -> dict[str, int]:
     """The width of each column kept so the table fits ``width`` characters: rather than cut a
-    column below ``READABLE_WIDTH`` (or an id or a time at all), the optional columns
-    (``drop``, first dropped first) go, then the last ones; what room is left goes to the
-    columns that miss the most."""
+    column below ``READABLE_WIDTH`` (or an id or a time at all), empty columns go, then the
+    optional ones (``drop``, first dropped first), then the last ones; what room is left makes
+    whole the columns that miss the least, and the rest goes to the one that misses the
+    most."""
     natural = {
         name: max([len(name), *(rows[r][i].cell_len for r in range(len(rows)))])
         for i, name in enumerate(columns)
     }
     kept = list(columns)
+
+    def kept_whole(cell: Text) -> bool:
+        return atomic(cell) or cell.plain in short
+
     whole = {
         name
         for i, name in enumerate(columns)
-        if any(atomic(row[i]) for row in rows)
-        and all(atomic(row[i]) or not row[i].plain for row in rows)
+        if any(kept_whole(row[i]) for row in rows)
+        and all(kept_whole(row[i]) or not row[i].plain for row in rows)
     }
 
     def floor(name: str) -> int:
@@ -199,7 +210,13 @@ def fit_widths(
     def needed(names: Sequence[str], size: Callable[[str], int]) -> int:
         return sum(size(n) for n in names) + COLUMN_GAP * (len(names) - 1)
 
-    # The named optional columns first, then (a narrow terminal) the last columns but the first.
+    # A table that does not fit whole first loses the columns with nothing in them, then the
+    # named optional columns, then (a narrow terminal) the last columns but the first.
+    if needed(kept, natural.__getitem__) > width:
+        for i, name in enumerate(columns):
+            if i and not any(row[i].plain for row in rows):
+                kept.remove(name)
+    kept = keep_spare(kept, spare, width, natural, floor)
     for name in [*drop, *reversed(columns[1:])]:
         if needed(kept, floor) <= width:
             break
@@ -207,14 +224,39 @@ def fit_widths(
             kept.remove(name)
     widths = {name: floor(name) for name in kept}
     room = width - needed(kept, widths.__getitem__)
-    # Hand out the room a character at a time to the column missing the most.
-    while room > 0:
-        name = max(kept, key=lambda n: natural[n] - widths[n])
-        if natural[name] <= widths[name]:
-            break
-        widths[name] += 1
-        room -= 1
+    # Hand out the room to the columns that miss the least first, so that as many as can be are
+    # shown whole (an event's type, a subject) rather than one long column (a payload) taking
+    # it all; the last of the room goes to the column that misses the most.
+    for name in sorted(kept, key=lambda n: natural[n] - widths[n]):
+        grant = min(room, natural[name] - widths[name])
+        if grant <= 0:
+            continue
+        widths[name] += grant
+        room -= grant
     return widths
+
+
+def keep_spare(
+    kept: list[str],
+    spare: Sequence[str],
+    width: int,
+    natural: Mapping[str, int],
+    floor: Callable[[str], int],
+) -> list[str]:
+    """The columns kept but the spare ones (an event's id, its payload) that do not fit: a
+    spare column is shown, in the order given, only where every other column is whole and
+    the spare ones kept before it still fit."""
+    others = [n for n in kept if n not in spare]
+    used = sum(natural[n] for n in others) + COLUMN_GAP * (len(others) - 1)
+    dropped = set()
+    for name in spare:
+        if name not in kept:
+            continue
+        if used + COLUMN_GAP + floor(name) > width:
+            dropped.add(name)
+        else:
+            used += COLUMN_GAP + floor(name)
+    return [n for n in kept if n not in dropped]
 
 
 def build_table(
@@ -223,23 +265,27 @@ def build_table(
     rows: Iterable[Sequence[Any]],
     *,
     drop: Sequence[str] = (),
+    spare: Sequence[str] = (),
     width: int | None = None,
 ) -> Table | None:
     """A table that fits the terminal (``width``, default the console's): ids are shortened
-    to a unique prefix and optional columns dropped only when the full table does not fit,
-    long cells end in an ellipsis; None when there are no rows."""
+    to a unique prefix (and never cut further) and optional columns dropped only when the full
+    table does not fit, spare ones when another column would be cut, long cells end in an
+    ellipsis; None when there are no rows."""
     cells = [[_plain(v) for v in row] for row in rows]
     if not cells:
         return None
     width = width or console.width
     full = sum(max([len(c), *(r[i].cell_len for r in cells)]) for i, c in enumerate(columns))
+    short: dict[str, str] = {}
     if full + COLUMN_GAP * (len(columns) - 1) > width:
         short = short_ids(cell.plain for row in cells for cell in row)
         for row in cells:
             for i, cell in enumerate(row):
                 if cell.plain in short and short[cell.plain] != cell.plain:
                     row[i] = Text(short[cell.plain], style=cell.style)
-    widths = fit_widths(columns, cells, width, drop)
+    # A shortened id is as atomic as the id: cut further, it would address nothing.
+    widths = fit_widths(columns, cells, width, drop, short=set(short.values()), spare=spare)
     t = Table(
         title=title,
         title_justify="left",
@@ -263,9 +309,10 @@ def table(
     rows: Iterable[Sequence[Any]],
     *,
     drop: Sequence[str] = (),
+    spare: Sequence[str] = (),
 ) -> None:
     """Print rows as a table that fits the terminal (see ``build_table``)."""
-    t = build_table(title, columns, rows, drop=drop)
+    t = build_table(title, columns, rows, drop=drop, spare=spare)
     if t is None:
         console.print(f"[dim]{title or 'nothing'}: none[/dim]" if title else "[dim]none[/dim]")
         return

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from parley.surfaces.cli.client import HubClient
 from parley.surfaces.cli.output import JsonFlag, client, emit, table, when_short
 
 usage_app = typer.Typer(
@@ -38,10 +39,15 @@ def usage(
     by: Annotated[str, typer.Option(help=f"Group by one of: {', '.join(GROUPS)}.")] = "agent",
     agent: Annotated[str | None, typer.Option(help="Only this agent's turns.")] = None,
     model: Annotated[str | None, typer.Option(help="Only turns of this model.")] = None,
-    discussion: Annotated[str | None, typer.Option(help="Only this discussion.")] = None,
-    meeting: Annotated[str | None, typer.Option(help="Only this meeting.")] = None,
+    discussion: Annotated[
+        str | None, typer.Option(help="Only this discussion (its name, id or id prefix).")
+    ] = None,
+    meeting: Annotated[
+        str | None, typer.Option(help="Only this meeting (its id or the start of it).")
+    ] = None,
     worker: Annotated[
-        str | None, typer.Option(help="Only the tree of this worker (any worker of it).")
+        str | None,
+        typer.Option(help="Only the tree of this worker (any worker of it; an id or its start)."),
     ] = None,
     since: Annotated[str | None, typer.Option(help="From this time (ISO 8601).")] = None,
     until: Annotated[str | None, typer.Option(help="Before this time (ISO 8601).")] = None,
@@ -52,14 +58,15 @@ def usage(
         return
     if by not in GROUPS:
         raise typer.BadParameter(f"choose one of {', '.join(GROUPS)}", param_hint="--by")
-    report = client(ctx).get(
+    hub = client(ctx)
+    report = hub.get(
         "/v1/usage",
         by=by,
         agent=agent,
         model=model,
-        discussion=discussion,
-        meeting=meeting,
-        worker=worker,
+        discussion=hub.channel_id(discussion),
+        meeting=hub.meeting_id(meeting),
+        worker=hub.worker_id(worker),
         since=since,
         until=until,
     )
@@ -98,10 +105,10 @@ def budget_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     emit(ctx, as_json, rows, render)
 
 
-def _scope(agent: str | None, worker: str | None) -> tuple[str, str]:
+def _scope(hub: HubClient, agent: str | None, worker: str | None) -> tuple[str, str]:
     if (agent is None) == (worker is None):
         raise typer.BadParameter("name either --agent or --worker", param_hint="--agent")
-    return ("agent", agent) if agent is not None else ("tree", worker or "")
+    return ("agent", agent) if agent is not None else ("tree", hub.worker_id(worker) or "")
 
 
 @budget_app.command("set")
@@ -116,9 +123,10 @@ def budget_set(
     as_json: JsonFlag = False,
 ) -> None:
     """Set or replace a budget (operator); a spent one refuses turns with budget_exhausted."""
-    scope, key = _scope(agent, worker)
+    hub = client(ctx)
+    scope, key = _scope(hub, agent, worker)
     body = {"scope": scope, "key": key, "max_tokens": tokens, "max_cost_usd": usd}
-    budget = client(ctx).put("/v1/usage/budgets", body)
+    budget = hub.put("/v1/usage/budgets", body)
     emit(ctx, as_json, budget, lambda b: typer.echo(f"budget {b['id']} set"))
 
 
@@ -130,31 +138,38 @@ def budget_clear(
     as_json: JsonFlag = False,
 ) -> None:
     """Remove a budget (operator)."""
-    scope, key = _scope(agent, worker)
-    done = client(ctx).delete(f"/v1/usage/budgets/{scope}/{key}")
+    hub = client(ctx)
+    scope, key = _scope(hub, agent, worker)
+    done = hub.delete(f"/v1/usage/budgets/{scope}/{key}")
     emit(ctx, as_json, done, lambda d: typer.echo("removed" if d["removed"] else "no budget"))
 
 
 def search(
     ctx: typer.Context,
-    text: Annotated[str, typer.Argument(help="Words that must all occur (prefixes match).")] = "",
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(help="Words that must all occur (prefixes match).", show_default=False),
+    ] = None,
     source: Annotated[str | None, typer.Option(help="mail or channel.")] = None,
     sender: Annotated[str | None, typer.Option(help="Only from this sender.")] = None,
     kind: Annotated[str | None, typer.Option(help="A mail kind or a channel kind.")] = None,
-    channel: Annotated[str | None, typer.Option(help="Only in this channel.")] = None,
+    channel: Annotated[
+        str | None, typer.Option(help="Only in this channel (its name, id or id prefix).")
+    ] = None,
     since: Annotated[str | None, typer.Option(help="From this time (ISO 8601).")] = None,
     until: Annotated[str | None, typer.Option(help="Before this time (ISO 8601).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many hits.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Find mail and channel messages you may read, newest first."""
-    hits = client(ctx).get(
+    hub = client(ctx)
+    hits = hub.get(
         "/v1/search",
-        q=text,
+        q=" ".join(words or []),
         source=source,
         sender=sender,
         kind=kind,
-        channel=channel,
+        channel=hub.channel_id(channel),
         since=since,
         until=until,
         limit=limit,

@@ -362,7 +362,10 @@ def release(ctx: typer.Context, worker_id: WorkerId, as_json: JsonFlag = False) 
 @worker_app.command("tree")
 def tree(ctx: typer.Context, worker_id: WorkerId, as_json: JsonFlag = False) -> None:
     """The worker's whole tree (every worker of its trace), with each state in colour."""
-    nodes = client(ctx).get(f"/v1/workers/{worker_id}/tree")
+    hub = client(ctx)
+    # The tree marks the worker by its full id: the start of one is looked up first.
+    worker_id = hub.worker_id(worker_id) or worker_id
+    nodes = hub.get(f"/v1/workers/{worker_id}/tree")
     emit(ctx, as_json, nodes, lambda ns: render_tree(ns, worker_id))
 
 
@@ -454,6 +457,8 @@ class TreeScreen:
 def follow_tree(hub: HubClient, worker_id: str, *, machine: bool) -> dict[str, dict[str, Any]]:
     """Show a worker and its descendants from the worker's SSE stream until the worker ends
     (or the stream does, once all of them ended); return the workers as last seen."""
+    # The stream's workers are keyed by their full ids: the start of one is looked up first.
+    worker_id = hub.worker_id(worker_id) or worker_id
     screen = TreeScreen(worker_id, machine=machine)
     screen.start()
     try:
