@@ -143,6 +143,8 @@ def test_task_cancel(cli: Cli) -> None:
     finished = cli.json("task", "show", posted["task_id"])
     assert (finished["status"], finished["end_reason"]) == ("finished", "cancelled")
     assert all(line["event"] in ("message", "task") for line in lines)
+    # Shown as a person reads it: the channel by its name.
+    assert f"#slow ({group['id']})" in cli.ok("task", "show", posted["task_id"]).stdout
 
 
 def test_discussion_start_status_callback(cli: Cli, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from parley.core.identity import Principal
 from parley.core.mail import SendRequest
+from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.workers.records import StartSpec
 from parley.surfaces.cli.app import app
@@ -78,5 +79,17 @@ async def test_usage_totals_budgets_and_search_from_the_cli(
         assert [(h["source"], h["sender_id"]) for h in hits] == [("mail", "bob")]
         assert await run("search", "parser", "--source", "channel") == []
         assert await run("search", "parser", token=alice.token) != []
+        # The table names a channel hit's channel by its name.
+        group = await hub.channels.create(operator, ChannelSpec(name="design", members=["bob"]))
+        await hub.channels.post(operator, group.id, "The tokenizer needs a rewrite.")
+
+        def table_of(*args: str) -> str:
+            base = ["--url", served.url, "--token", str(hub.operator_token)]
+            result = runner.invoke(app, [*base, *args], env={"COLUMNS": "80"})
+            assert result.exit_code == 0, result.output
+            return result.output
+
+        shown = await asyncio.to_thread(table_of, "search", "tokenizer")
+        assert "#design" in shown and group.id not in shown
         # An agent's usage is its own only: bob has none.
         assert (await run("usage", token=bob_handle.token))["groups"] == []

@@ -75,11 +75,12 @@ def channel_rows(channels: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     ]
 
 
-def render_task(t: dict[str, Any]) -> None:
+def render_task(t: dict[str, Any], channel_name: str | None = None) -> None:
+    channel = t.get("channel_id")
     fields(
         f"task {t['id']}",
         [
-            ("channel", t.get("channel_id")),
+            ("channel", f"#{channel_name} ({channel})" if channel_name else channel),
             ("mode", t.get("mode")),
             ("status", t.get("status")),
             ("end reason", t.get("end_reason")),
@@ -297,7 +298,15 @@ def task_show(
     calls = hub.get(f"/v1/tasks/{task_id}/invocations") if invocations else None
 
     def render(_: Any) -> None:
-        render_task(task)
+        # The channel by its name: the reader knows channels by name, not by id. A channel
+        # deleted since is still named by its id.
+        from parley.surfaces.cli.client import ApiError  # httpx: not at import, for --help
+
+        try:
+            name = hub.get(f"/v1/channels/{task['channel_id']}").get("name") or None
+        except ApiError:
+            name = None
+        render_task(task, name)
         if calls is not None:
             table(
                 "invocations",

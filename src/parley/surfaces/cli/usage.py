@@ -175,6 +175,13 @@ def search(
         limit=limit,
     )
 
+    def where_found(hit: dict[str, Any]) -> str:
+        """A channel hit's channel by its name (a hit's subject is its channel's name), else
+        its id; a mail hit's recipient."""
+        if hit["source"] == "channel":
+            return f"#{hit['subject']}" if hit.get("subject") else str(hit["channel_id"])
+        return f"mail→{hit['recipient_id']}"
+
     def render(rows: list[dict[str, Any]]) -> None:
         table(
             "search",
@@ -182,7 +189,7 @@ def search(
             [
                 (
                     when_short(h["created"]),
-                    h["channel_id"] if h["source"] == "channel" else f"mail→{h['recipient_id']}",
+                    where_found(h),
                     h["kind"],
                     h["sender_id"],
                     h["id"],
