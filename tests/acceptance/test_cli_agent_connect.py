@@ -142,7 +142,11 @@ def test_the_readable_output_is_the_snippet_with_comments(cli: Cli, hub: ServedH
     out = cli.ok("agent", "connect", "alice", "--client", "claude-code", "--url", "http://h:1")
     lines = out.stdout.splitlines()
     assert lines[0].startswith("# Each run issues a new token: this one is ")
-    assert "labelled 'connect:claude-code', for 'alice'" in lines[0]
+    comments = [line for line in lines if line.startswith("#")]
+    note = " ".join(line.removeprefix("# ") for line in comments)
+    assert "labelled 'connect:claude-code', for 'alice'" in note
+    # The comments read at 80 columns.
+    assert all(len(line) <= 80 for line in comments), comments
     [command] = [line for line in lines if line.startswith("claude mcp add")]
     token = shlex.split(command)[-1].removeprefix("Authorization: Bearer ")
     assert command == (

@@ -32,7 +32,11 @@ def test_serve_announces_and_writes_its_files(hub: ServedHub, backend: str) -> N
         assert "database        PostgreSQL 127.0.0.1:5432/parley_t_" in text
     else:
         assert f"database        SQLite {hub.home / 'parley.db'}" in text
-    assert f"operator token  {hub.home / 'operator.token'} (created on this first start" in text
+    assert f"operator token  {hub.home / 'operator.token'}\n" in text
+    assert "(created on this first start; it is never shown again)" in text
+    # Notes go on lines of their own: only a value (a path, a URL) may make a line long.
+    notes = [line for line in text.splitlines() if line.lstrip().startswith("(")]
+    assert len(notes) == 2 and all(len(line) <= 80 for line in notes)
     token_file = hub.home / "operator.token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert hub.token.startswith("pt_")

@@ -72,7 +72,7 @@ def test_the_demo_prints_a_one_time_sign_in_link(tmp_path: Path) -> None:
         # environment that pointed the demo at its data root.
         hints = []
         for line in proc.stdout:
-            if line.startswith("Press Ctrl-C"):
+            if line.startswith("Press Ctrl+C"):
                 break
             if line.startswith("  /"):
                 hints.append(shlex.split(line))

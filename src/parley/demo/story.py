@@ -585,7 +585,7 @@ async def _run(home: Path, exit_after: bool, port: int) -> None:
             f"  {parley} channel list\n"
             f"  {parley} room list\n"
             f"  {parley} worker list\n"
-            "Press Ctrl-C to stop.",
+            "Press Ctrl+C to stop.",
             soft_wrap=True,  # a command broken over two lines does not paste
         )
         with contextlib.suppress(asyncio.CancelledError):

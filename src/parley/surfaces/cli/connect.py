@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlencode
@@ -149,15 +150,28 @@ def as_json(client: str, c: Connection) -> dict[str, Any]:
     }
 
 
+def comment(text: str) -> str:
+    """``text`` as shell comment lines that fit 80 columns (a word longer than a line, an id
+    or a path, is kept whole)."""
+    return textwrap.fill(
+        text,
+        width=79,
+        initial_indent="# ",
+        subsequent_indent="# ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def token_note(c: Connection) -> str:
     if c.token_issued:
-        return (
-            f"# Each run issues a new token: this one is {c.token_id} labelled "
-            f"{c.token_label!r}, for {c.agent_id!r}; its earlier tokens stay valid.\n"
-            f"# `parley token list {c.agent_id}` lists them, `parley token revoke {c.agent_id} "
+        return comment(
+            f"Each run issues a new token: this one is {c.token_id} labelled "
+            f"{c.token_label!r}, for {c.agent_id!r}; its earlier tokens stay valid. "
+            f"`parley token list {c.agent_id}` lists them, `parley token revoke {c.agent_id} "
             "<id>` revokes one; --token reuses a token instead of issuing one."
         )
-    return f"# Using the token given with --token for {c.agent_id!r}."
+    return comment(f"Using the token given with --token for {c.agent_id!r}.")
 
 
 def render(client: str, c: Connection) -> str:
@@ -166,7 +180,7 @@ def render(client: str, c: Connection) -> str:
     lines = [token_note(c)]
     if client == "claude-code":
         lines += [
-            f"# Claude Code, as agent {c.agent_id!r}, for every session in this project:",
+            comment(f"Claude Code, as agent {c.agent_id!r}, for every session in this project:"),
             s["command"],
             "",
             "# Or for one session only: save this as parley-mcp.json and run",
@@ -175,7 +189,7 @@ def render(client: str, c: Connection) -> str:
         ]
     elif client == "codex":
         lines += [
-            f"# Codex, as agent {c.agent_id!r}: the token goes in an environment variable.",
+            comment(f"Codex, as agent {c.agent_id!r}: the token goes in an environment variable."),
             s["env"],
             s["command"],
             "",
@@ -188,7 +202,7 @@ def render(client: str, c: Connection) -> str:
         ]
     else:
         lines += [
-            f"# Any MCP client, as agent {c.agent_id!r}, over Streamable HTTP:",
+            comment(f"Any MCP client, as agent {c.agent_id!r}, over Streamable HTTP:"),
             f"#   URL:    {s['url']}",
             f"#   Header: {s['header']}",
             "",

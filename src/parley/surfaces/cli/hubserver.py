@@ -134,24 +134,30 @@ class HubServer(uvicorn.Server):
         write_hub_info(home, url)
         token_path = operator_token_path(home)
         if self.first_start:
-            token_note = f"{token_path} (created on this first start; it is never shown again)"
+            token = (str(token_path), "created on this first start; it is never shown again")
         elif token_path.exists():
-            token_note = f"{token_path}"
+            token = (str(token_path), "")
         else:
-            token_note = (
-                f"not in {token_path}: it was written on the first start of this database; "
-                "copy it here or use --token/PARLEY_TOKEN"
+            token = (
+                f"not in {token_path}",
+                "it was written on the first start of this database; copy it here or use "
+                "--token/PARLEY_TOKEN",
             )
+        # (what, value, a note on a line of its own): a value is printed whole (a path or a URL
+        # is copied from here), and notes are kept off its line so the banner reads at 80
+        # columns.
         rows = [
-            ("data root", str(home)),
-            ("database", describe_database(settings)),
-            ("operator token", token_note),
-            ("web UI", f"{url}/ui/ (sign in with a token, or run `parley ui` for a link)"),
-            ("API docs", f"{url}/docs"),
+            ("data root", str(home), ""),
+            ("database", describe_database(settings), ""),
+            ("operator token", *token),
+            ("web UI", f"{url}/ui/", "sign in with a token, or run `parley ui` for a link"),
+            ("API docs", f"{url}/docs", ""),
         ]
         console.print(Text(f"parley hub running at {url}", style="bold green"), soft_wrap=True)
-        for key, value in rows:
+        for key, value, note in rows:
             console.print(Text(f"  {key:<15} {value}"), soft_wrap=True)
+            if note:
+                console.print(Text(f"  {'':<15} ({note})", style="dim"))
         console.print(Text("Press Ctrl+C to stop.", style="dim"))
         console.file.flush()
 

@@ -82,7 +82,7 @@ def emit_parts(
 
 @contextmanager
 def ctrl_c_stops_watching() -> Iterator[None]:
-    """Ctrl-C ends a live view quietly (exit status 0); what it watched goes on."""
+    """Ctrl+C ends a live view quietly (exit status 0); what it watched goes on."""
     try:
         yield
     except KeyboardInterrupt:

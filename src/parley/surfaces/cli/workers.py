@@ -380,7 +380,7 @@ def watch(ctx: typer.Context, worker_id: WorkerId, as_json: JsonFlag = False) ->
     """Watch a worker and its descendants live until the worker ends.
 
     Each change is one line and the tree is drawn again; with --json, the stream's events as
-    JSON lines. Ctrl-C stops watching (the workers go on)."""
+    JSON lines. Ctrl+C stops watching (the workers go on)."""
     with ctrl_c_stops_watching():
         follow_tree(client(ctx), worker_id, machine=wants_json(ctx, as_json))
 
