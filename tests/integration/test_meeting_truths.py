@@ -158,6 +158,32 @@ async def test_turn_notices_do_not_push_a_members_private_mail_out_of_its_prompt
     assert "Your turn in channel" not in prompt
 
 
+async def test_earlier_minutes_in_the_work_channel_do_not_push_a_members_work_out(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "b"])
+    a = await hub.identity.require("a")
+    assert a.work_channel_id is not None
+    await hub.channels.post(operator, a.work_channel_id, "REAL-WORK: the parser is half done")
+    await within(hub.tasks.wait_idle(), "tasks idle")
+    team["a"].speeches = ["a" * 1000]
+    team["b"].speeches = ["b" * 1000]
+    team["a"].minutes = ["EARLIER-MINUTES " + "m" * 900]
+    room = await room_with(
+        hub, operator, ["a", "b"], max_rounds=1, projection_chars=600, min_meeting_interval_s=0
+    )
+    first = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="one"))
+    await over(hub, operator, first.id)
+    await within(hub.tasks.wait_idle(), "tasks idle")
+    work = await hub.channels.messages(operator, a.work_channel_id)
+    assert any("EARLIER-MINUTES" in m.content for m in work)
+    second = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="two"))
+    await over(hub, operator, second.id)
+    prompt = team["a"].speech_turns()[-1].prompt.system
+    assert "REAL-WORK" in prompt
+    assert "EARLIER-MINUTES" not in prompt and "[Meeting minutes" not in prompt
+
+
 # -- 4: working is a turn of this member in flight -----------------------------------------------
 async def test_a_member_whose_turn_in_a_group_is_over_is_not_working(
     hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes

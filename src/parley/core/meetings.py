@@ -23,6 +23,7 @@ from typing import Literal
 
 from parley.core import quoting as q
 from parley.core.errors import Conflict
+from parley.core.identity import MODERATOR_ID
 from parley.core.limits import text_problem
 from parley.core.rooms import ActivityState, Meeting, MemberState
 
@@ -479,12 +480,22 @@ def convened_note(
     return f"[Meeting convened by {who}] Topic: {q.inline(topic)}"
 
 
+_MINUTES_HEAD = "[Meeting minutes: "
+
+
 def minutes_message(topic: str, text: str) -> str:
     """A member's minutes as they wake it in its work channel: the hub's line naming the
     meeting, then the minutes its runtime wrote, quoted."""
     return q.attributed(
-        f"[Meeting minutes: {q.inline(topic, limit=120)}]\nYour minutes of this meeting:", text
+        f"{_MINUTES_HEAD}{q.inline(topic, limit=120)}]\nYour minutes of this meeting:", text
     )
+
+
+def is_minutes_post(sender_id: str, content: str) -> bool:
+    """Whether a work-channel message is the hub's copy of a member's minutes: bookkeeping,
+    like the minutes mail, which never takes the member's context budget in a meeting (only
+    the hub posts as the moderator)."""
+    return sender_id == MODERATOR_ID and content.startswith(_MINUTES_HEAD)
 
 
 # -- the light path: briefs, stall signals, throttle ----------------------------------------------

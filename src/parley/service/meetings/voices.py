@@ -141,7 +141,10 @@ class Voices:
             meeting.channel_id, agent.id, agent.work_channel_id, PROJECTION_MESSAGES
         )
         mail = [(subject, body) for _kind, subject, body in found.mail]
-        projection = mt.project_context(found.work, mail, room.config.projection_chars)
+        # The hub's copies of earlier minutes in the work channel are bookkeeping, as the
+        # minutes mail is: the member's own work keeps the budget.
+        work = [(who, what) for who, what in found.work if not mt.is_minutes_post(who, what)]
+        projection = mt.project_context(work, mail, room.config.projection_chars)
         # Every summoned member is in the channel, present or not: only the humans in it are
         # present without being attendees (an agent convener that summoned others is not).
         summoned = {a.agent_id for a in meeting.attendees}
