@@ -239,6 +239,32 @@ async def test_a_summoned_member_that_never_enters_gets_an_outcome_notice_as_its
     assert any("Outcome notice" in m.content for m in work)
 
 
+async def test_an_absentees_notice_counts_speeches_as_the_meeting_does_and_posts_apart(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "w"])
+    team["w"].work_gate = asyncio.Event()
+    team["a"].speech_gate = asyncio.Event()
+    room = await room_with(hub, operator, ["a", "w"], max_rounds=1)
+    w = await hub.identity.require("w")
+    assert w.work_channel_id is not None
+    await hub.channels.post(operator, w.work_channel_id, "long job")
+    await within(team["w"].work_started.wait(), "team[w].work_started")
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="parser"))
+    await within(team["a"].speech_started.wait(), "team[a].speech_started")
+    await hub.meetings.post(operator, meeting.id, "the freeze is on Thursday")
+    team["a"].speech_gate.set()
+    await within(hub.meetings.wait_idle(), "meetings idle")
+    done = await hub.meetings.get(operator, meeting.id)
+    assert done.speeches == 1
+    minutes = {m.agent_id: m for m in await hub.meetings.minutes(operator, meeting.id)}
+    head = minutes["w"].text.splitlines()[0]
+    assert head.endswith("after 1 speech by a, with 1 post by operator.")
+    assert "the freeze is on Thursday" in minutes["w"].text
+    team["w"].work_gate.set()
+    await within(hub.tasks.wait_idle(), "tasks idle")
+
+
 # -- 6: accepted minutes survive a crash ---------------------------------------------------------
 async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked_missing(
     settings: Settings, clock: FakeClock

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from parley.core import discussion as d
@@ -541,6 +541,7 @@ class Voices:
         end: str,
         speeches: Sequence[tuple[str, str]],
         limit: int,
+        humans: Collection[str] = (),
     ) -> Minutes:
         """The minutes of a summoned member that never entered: the hub's short outcome notice
         (it was not there to write its own), marked as written for an absentee."""
@@ -553,6 +554,7 @@ class Voices:
             end_reason=end,
             speeches=speeches,
             limit=limit,
+            humans=humans,
         )
         return Minutes(
             id=new_ulid(),
