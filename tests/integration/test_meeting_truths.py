@@ -32,6 +32,7 @@ from tests.integration.discussion_support import within
 from tests.integration.meeting_support import (
     LabelledRuntime,
     Member,
+    is_minutes,
     is_moderator,
     members,
     room_with,
@@ -328,6 +329,38 @@ async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked
         runner.cancel()
         with contextlib.suppress(BaseException):
             await runner
+
+
+async def test_every_member_is_asked_for_its_minutes_at_once(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    """A member slow to write its minutes holds up nobody else's: a's minutes come back only
+    once b has been asked for its own."""
+    team = await members(make_agent, runtimes, ["a", "b"])
+    b_asked = asyncio.Event()
+    a_inner, b_inner = team["a"].reply, team["b"].reply
+
+    async def a_reply(turn: Turn) -> str:
+        if is_minutes(turn):
+            await b_asked.wait()
+        return await a_inner(turn)
+
+    async def b_reply(turn: Turn) -> str:
+        if is_minutes(turn):
+            b_asked.set()
+        return await b_inner(turn)
+
+    rewire(runtimes, team["a"], a_reply)
+    rewire(runtimes, team["b"], b_reply)
+    room = await room_with(hub, operator, ["a", "b"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    await within(b_asked.wait(), "b asked for its minutes while a writes its own")
+    await over(hub, operator, meeting.id)
+    minutes = await hub.meetings.minutes(operator, meeting.id)
+    assert sorted((m.agent_id, m.status) for m in minutes) == [
+        ("a", "delivered"),
+        ("b", "delivered"),
+    ]
 
 
 # -- 7: an answer to a stopped turn is refused as cancelled ---------------------------------------
