@@ -28,7 +28,7 @@ from parley.service.meetings.meetings import ConveneSpec
 from parley.service.workers.records import StartSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.integration.discussion_support import within
+from tests.integration.discussion_support import eventually, within
 from tests.integration.meeting_support import (
     LabelledRuntime,
     Member,
@@ -296,6 +296,12 @@ async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked
     room = await room_with(first, operator, ["a", "b"], max_rounds=1)
     meeting = await first.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
     await within(b_minutes_asked.wait(), "b_minutes_asked")
+
+    async def a_stored() -> bool:
+        # Every member is asked at once: b being asked does not mean a's minutes are stored.
+        return bool(await first.meetings.minutes(operator, meeting.id))
+
+    await eventually(a_stored, "a's minutes stored")
     stored = await first.meetings.minutes(operator, meeting.id)
     assert [(m.agent_id, m.status) for m in stored] == [("a", "accepted")]
 
