@@ -28,10 +28,11 @@ from parley.service.meetings.meetings import ConveneSpec
 from parley.service.workers.records import StartSpec
 from parley.testing import FakeClock, StaticRuntimes
 from tests.conftest import MakeAgent
-from tests.integration.discussion_support import within
+from tests.integration.discussion_support import eventually, within
 from tests.integration.meeting_support import (
     LabelledRuntime,
     Member,
+    is_minutes,
     is_moderator,
     members,
     room_with,
@@ -158,6 +159,32 @@ async def test_turn_notices_do_not_push_a_members_private_mail_out_of_its_prompt
     assert "Your turn in channel" not in prompt
 
 
+async def test_earlier_minutes_in_the_work_channel_do_not_push_a_members_work_out(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "b"])
+    a = await hub.identity.require("a")
+    assert a.work_channel_id is not None
+    await hub.channels.post(operator, a.work_channel_id, "REAL-WORK: the parser is half done")
+    await within(hub.tasks.wait_idle(), "tasks idle")
+    team["a"].speeches = ["a" * 1000]
+    team["b"].speeches = ["b" * 1000]
+    team["a"].minutes = ["EARLIER-MINUTES " + "m" * 900]
+    room = await room_with(
+        hub, operator, ["a", "b"], max_rounds=1, projection_chars=600, min_meeting_interval_s=0
+    )
+    first = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="one"))
+    await over(hub, operator, first.id)
+    await within(hub.tasks.wait_idle(), "tasks idle")
+    work = await hub.channels.messages(operator, a.work_channel_id)
+    assert any("EARLIER-MINUTES" in m.content for m in work)
+    second = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="two"))
+    await over(hub, operator, second.id)
+    prompt = team["a"].speech_turns()[-1].prompt.system
+    assert "REAL-WORK" in prompt
+    assert "EARLIER-MINUTES" not in prompt and "[Meeting minutes" not in prompt
+
+
 # -- 4: working is a turn of this member in flight -----------------------------------------------
 async def test_a_member_whose_turn_in_a_group_is_over_is_not_working(
     hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
@@ -213,6 +240,32 @@ async def test_a_summoned_member_that_never_enters_gets_an_outcome_notice_as_its
     assert any("Outcome notice" in m.content for m in work)
 
 
+async def test_an_absentees_notice_counts_speeches_as_the_meeting_does_and_posts_apart(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    team = await members(make_agent, runtimes, ["a", "w"])
+    team["w"].work_gate = asyncio.Event()
+    team["a"].speech_gate = asyncio.Event()
+    room = await room_with(hub, operator, ["a", "w"], max_rounds=1)
+    w = await hub.identity.require("w")
+    assert w.work_channel_id is not None
+    await hub.channels.post(operator, w.work_channel_id, "long job")
+    await within(team["w"].work_started.wait(), "team[w].work_started")
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="parser"))
+    await within(team["a"].speech_started.wait(), "team[a].speech_started")
+    await hub.meetings.post(operator, meeting.id, "the freeze is on Thursday")
+    team["a"].speech_gate.set()
+    await within(hub.meetings.wait_idle(), "meetings idle")
+    done = await hub.meetings.get(operator, meeting.id)
+    assert done.speeches == 1
+    minutes = {m.agent_id: m for m in await hub.meetings.minutes(operator, meeting.id)}
+    head = minutes["w"].text.splitlines()[0]
+    assert head.endswith("after 1 speech by a, with 1 post by operator.")
+    assert "the freeze is on Thursday" in minutes["w"].text
+    team["w"].work_gate.set()
+    await within(hub.tasks.wait_idle(), "tasks idle")
+
+
 # -- 6: accepted minutes survive a crash ---------------------------------------------------------
 async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked_missing(
     settings: Settings, clock: FakeClock
@@ -243,6 +296,12 @@ async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked
     room = await room_with(first, operator, ["a", "b"], max_rounds=1)
     meeting = await first.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
     await within(b_minutes_asked.wait(), "b_minutes_asked")
+
+    async def a_stored() -> bool:
+        # Every member is asked at once: b being asked does not mean a's minutes are stored.
+        return bool(await first.meetings.minutes(operator, meeting.id))
+
+    await eventually(a_stored, "a's minutes stored")
     stored = await first.meetings.minutes(operator, meeting.id)
     assert [(m.agent_id, m.status) for m in stored] == [("a", "accepted")]
 
@@ -276,6 +335,38 @@ async def test_minutes_accepted_before_a_crash_are_delivered_and_the_rest_marked
         runner.cancel()
         with contextlib.suppress(BaseException):
             await runner
+
+
+async def test_every_member_is_asked_for_its_minutes_at_once(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    """A member slow to write its minutes holds up nobody else's: a's minutes come back only
+    once b has been asked for its own."""
+    team = await members(make_agent, runtimes, ["a", "b"])
+    b_asked = asyncio.Event()
+    a_inner, b_inner = team["a"].reply, team["b"].reply
+
+    async def a_reply(turn: Turn) -> str:
+        if is_minutes(turn):
+            await b_asked.wait()
+        return await a_inner(turn)
+
+    async def b_reply(turn: Turn) -> str:
+        if is_minutes(turn):
+            b_asked.set()
+        return await b_inner(turn)
+
+    rewire(runtimes, team["a"], a_reply)
+    rewire(runtimes, team["b"], b_reply)
+    room = await room_with(hub, operator, ["a", "b"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    await within(b_asked.wait(), "b asked for its minutes while a writes its own")
+    await over(hub, operator, meeting.id)
+    minutes = await hub.meetings.minutes(operator, meeting.id)
+    assert sorted((m.agent_id, m.status) for m in minutes) == [
+        ("a", "delivered"),
+        ("b", "delivered"),
+    ]
 
 
 # -- 7: an answer to a stopped turn is refused as cancelled ---------------------------------------

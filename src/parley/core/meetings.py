@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from parley.core import quoting as q
 from parley.core.errors import Conflict
+from parley.core.identity import MODERATOR_ID
 from parley.core.limits import text_problem
 from parley.core.rooms import ActivityState, Meeting, MemberState
 
@@ -424,18 +425,29 @@ def absentee_notice(
     end_reason: str,
     speeches: Sequence[tuple[str, str]],
     limit: int,
+    humans: Collection[str] = (),
 ) -> str:
     """The outcome of a meeting for a summoned member that never entered, written by the hub
     (no model: it was not there to be asked): how the meeting ended, what was said about it by
     name, then each speaker's last word, within ``limit`` characters. ``speeches`` are
-    (speaker, text) in transcript order."""
+    (speaker, text) in transcript order; those of ``humans`` are posts, counted apart, as the
+    meeting counts only its members' speeches."""
     names = {n.lower() for n in (agent_id, name) if n}
-    speakers = list(dict.fromkeys(who for who, _ in speeches))
+    members = list(dict.fromkeys(who for who, _ in speeches if who not in humans))
+    people = list(dict.fromkeys(who for who, _ in speeches if who in humans))
+    spoken = sum(1 for who, _ in speeches if who not in humans)
+    posts = len(speeches) - spoken
     head = (
         f"[Outcome notice written for an absentee] You were summoned to the meeting on "
         f"{q.inline(topic, limit=120)} and did not enter it. It ended ({end_reason}) after "
-        f"{len(speeches)} speeches"
-        + (f" by {', '.join(q.label(s) for s in speakers)}." if speakers else ".")
+        f"{_count(spoken, 'speech', 'speeches')}"
+        + (f" by {', '.join(q.label(s) for s in members)}" if members else "")
+        + (
+            f", with {_count(posts, 'post', 'posts')} by {', '.join(q.label(s) for s in people)}"
+            if people
+            else ""
+        )
+        + "."
     )
     about = [
         f"- {q.label(who)}: {q.flat(text)}"
@@ -462,6 +474,10 @@ def absentee_notice(
     return "\n".join(parts)[:limit]
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def convened_note(
     convener: str, topic: str, *, escalated: bool = False, triggered_by: str | None = None
 ) -> str:
@@ -479,12 +495,22 @@ def convened_note(
     return f"[Meeting convened by {who}] Topic: {q.inline(topic)}"
 
 
+_MINUTES_HEAD = "[Meeting minutes: "
+
+
 def minutes_message(topic: str, text: str) -> str:
     """A member's minutes as they wake it in its work channel: the hub's line naming the
     meeting, then the minutes its runtime wrote, quoted."""
     return q.attributed(
-        f"[Meeting minutes: {q.inline(topic, limit=120)}]\nYour minutes of this meeting:", text
+        f"{_MINUTES_HEAD}{q.inline(topic, limit=120)}]\nYour minutes of this meeting:", text
     )
+
+
+def is_minutes_post(sender_id: str, content: str) -> bool:
+    """Whether a work-channel message is the hub's copy of a member's minutes: bookkeeping,
+    like the minutes mail, which never takes the member's context budget in a meeting (only
+    the hub posts as the moderator)."""
+    return sender_id == MODERATOR_ID and content.startswith(_MINUTES_HEAD)
 
 
 # -- the light path: briefs, stall signals, throttle ----------------------------------------------

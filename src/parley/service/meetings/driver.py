@@ -470,6 +470,7 @@ class MeetingDriver:
         room: Room | None = await tx.get("rooms", meeting.room_id)
         limit = room.config.minutes_limit if room is not None else DEFAULT_MINUTES_LIMIT
         speeches: list[tuple[str, str]] | None = None
+        humans: set[str] = set()
         for a in meeting.attendees:
             if a.agent_id in by_agent:
                 continue
@@ -483,8 +484,9 @@ class MeetingDriver:
                     for m in messages
                     if m.sender_kind in ("agent", "human")
                 ]
+                humans = {m.sender_id for m in messages if m.sender_kind == "human"}
             record = await self.voices.absentee_minutes(
-                tx, meeting, a.agent_id, end, speeches, limit
+                tx, meeting, a.agent_id, end, speeches, limit, humans
             )
             sent = await self.voices.deliver_minutes(tx, meeting, record)
             tx.insert("minutes", sent)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from parley.core import discussion as d
@@ -141,7 +141,10 @@ class Voices:
             meeting.channel_id, agent.id, agent.work_channel_id, PROJECTION_MESSAGES
         )
         mail = [(subject, body) for _kind, subject, body in found.mail]
-        projection = mt.project_context(found.work, mail, room.config.projection_chars)
+        # The hub's copies of earlier minutes in the work channel are bookkeeping, as the
+        # minutes mail is: the member's own work keeps the budget.
+        work = [(who, what) for who, what in found.work if not mt.is_minutes_post(who, what)]
+        projection = mt.project_context(work, mail, room.config.projection_chars)
         # Every summoned member is in the channel, present or not: only the humans in it are
         # present without being attendees (an agent convener that summoned others is not).
         summoned = {a.agent_id for a in meeting.attendees}
@@ -443,10 +446,11 @@ class Voices:
     # -- minutes (R8, R11) ------------------------------------------------------------------------
     async def write_minutes(self, meeting: Meeting, room: Room) -> list[Minutes]:
         """Each present member's own minutes by its own runtime, validated; a refused draft is
-        retried once with the reason, then recorded as failed. Each is stored as soon as it is
-        settled (``accepted``, delivered at the close, or ``failed``), so a hub that dies in the
-        minutes phase loses none; a member whose minutes are already stored is not asked
-        again."""
+        retried once with the reason, then recorded as failed. Every member is asked at once,
+        each with its own runtime: one that is slow or never answers holds up nobody else's
+        minutes. Each is stored as soon as it is settled (``accepted``, delivered at the close,
+        or ``failed``), so a hub that dies in the minutes phase loses none; a member whose
+        minutes are already stored is not asked again."""
         async with self.ctx.store.read() as tx:
             messages = await tx.channel_messages(meeting.channel_id, limit=10_000)
         speeches = [m for m in messages if m.sender_kind in ("agent", "human")]
@@ -456,38 +460,14 @@ class Voices:
             n = tx.table("minutes").c
             stored: list[Minutes] = await tx.select("minutes", n.meeting_id == meeting.id)
         done = {row.agent_id for row in stored}
-        out: list[Minutes] = list(stored)
+        # Drafts are judged one at a time against those accepted before them (no two members'
+        # minutes may be the same), in the order they come back.
         accepted: list[str] = [row.text for row in stored if row.status != "failed"]
-        for attendee in meeting.attendees:
-            if attendee.attendance != "present" or attendee.agent_id in done:
-                continue
-            agent = await self.identity.require(attendee.agent_id)
-            runtime = self.runtime_for(agent)
-            task = mt.minutes_prompt(
-                name=agent.display_name, topic=meeting.topic, limit=room.config.minutes_limit
-            )
-            reason: str | None = "no_runtime" if runtime is None else None
-            text, route, attempts = "", "", 0
-            instructions = "Write your minutes now."
-            profile = profile_of(agent)
-            while runtime is not None and attempts < 2:
-                attempts += 1
-                prompt = Prompt(
-                    system=agent.persona, task=task, transcript=quoted, instructions=instructions
-                )
-                # Minutes are written after the meeting: a stop no longer cancels them.
-                turn = meeting_turn(
-                    self.ctx, new_ulid(), profile, meeting, prompt, asyncio.Event(), meeting.round
-                )
-                try:
-                    result = await runtime.respond(turn)
-                except RuntimeFailure as exc:
-                    reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
-                    if exc.usage is not None:
-                        await self._book_minutes(turn, exc.usage, agent, meeting, route)
-                    continue
-                text, route = result.text.strip(), redact_text(result.model_route)
-                await self._book_minutes(turn, result.usage, agent, meeting, route)
+        judging = asyncio.Lock()
+        written: dict[str, Minutes] = {}
+
+        async def judge(text: str) -> str | None:
+            async with judging:
                 reason = mt.validate_minutes(
                     text,
                     transcript_chars=transcript_chars,
@@ -495,25 +475,80 @@ class Voices:
                     others=accepted,
                 )
                 if reason is None:
-                    break
-                instructions = f"Your draft was refused ({reason}); write it again."
-            if reason is None:
-                accepted.append(text)
-            record = Minutes(
-                id=new_ulid(),
-                meeting_id=meeting.id,
-                agent_id=agent.id,
-                status="accepted" if reason is None else "failed",
-                text=text if reason is None else "",
-                runtime=agent.runtime_kind,
-                model_route=route[:300],
-                attempts=attempts,
-                reason=reason,
-                created=self.ctx.clock.now(),
+                    accepted.append(text)
+                return reason
+
+        async def write(agent_id: str) -> None:
+            written[agent_id] = await self._member_minutes(meeting, room, agent_id, quoted, judge)
+
+        asking = [
+            a.agent_id
+            for a in meeting.attendees
+            if a.attendance == "present" and a.agent_id not in done
+        ]
+        try:
+            async with asyncio.TaskGroup() as group:
+                for agent_id in asking:
+                    group.create_task(write(agent_id))
+        except ExceptionGroup as failed:
+            # A store failure ends the meeting as it did before: with its own error.
+            raise failed.exceptions[0] from None
+        return [*stored, *(written[agent_id] for agent_id in asking)]
+
+    async def _member_minutes(
+        self,
+        meeting: Meeting,
+        room: Room,
+        agent_id: str,
+        quoted: tuple[TranscriptEntry, ...],
+        judge: Callable[[str], Awaitable[str | None]],
+    ) -> Minutes:
+        """One member's minutes, asked of its runtime (twice at most), judged, and stored."""
+        agent = await self.identity.require(agent_id)
+        runtime = self.runtime_for(agent)
+        task = mt.minutes_prompt(
+            name=agent.display_name, topic=meeting.topic, limit=room.config.minutes_limit
+        )
+        reason: str | None = "no_runtime" if runtime is None else None
+        text, route, attempts = "", "", 0
+        instructions = "Write your minutes now."
+        profile = profile_of(agent)
+        while runtime is not None and attempts < 2:
+            attempts += 1
+            prompt = Prompt(
+                system=agent.persona, task=task, transcript=quoted, instructions=instructions
             )
-            await self.ctx.store.write(functools.partial(_insert_minutes, record))
-            out.append(record)
-        return out
+            # Minutes are written after the meeting: a stop no longer cancels them.
+            turn = meeting_turn(
+                self.ctx, new_ulid(), profile, meeting, prompt, asyncio.Event(), meeting.round
+            )
+            try:
+                result = await runtime.respond(turn)
+            except RuntimeFailure as exc:
+                reason, route = exc.code, redact_text(str(exc.details.get("model_route") or ""))
+                if exc.usage is not None:
+                    await self._book_minutes(turn, exc.usage, agent, meeting, route)
+                continue
+            text, route = result.text.strip(), redact_text(result.model_route)
+            await self._book_minutes(turn, result.usage, agent, meeting, route)
+            reason = await judge(text)
+            if reason is None:
+                break
+            instructions = f"Your draft was refused ({reason}); write it again."
+        record = Minutes(
+            id=new_ulid(),
+            meeting_id=meeting.id,
+            agent_id=agent.id,
+            status="accepted" if reason is None else "failed",
+            text=text if reason is None else "",
+            runtime=agent.runtime_kind,
+            model_route=route[:300],
+            attempts=attempts,
+            reason=reason,
+            created=self.ctx.clock.now(),
+        )
+        await self.ctx.store.write(functools.partial(_insert_minutes, record))
+        return record
 
     def missing_minutes(self, meeting: Meeting, agent_id: str) -> Minutes:
         """The record of minutes never written: the hub driving the meeting stopped first."""
@@ -538,6 +573,7 @@ class Voices:
         end: str,
         speeches: Sequence[tuple[str, str]],
         limit: int,
+        humans: Collection[str] = (),
     ) -> Minutes:
         """The minutes of a summoned member that never entered: the hub's short outcome notice
         (it was not there to write its own), marked as written for an absentee."""
@@ -550,6 +586,7 @@ class Voices:
             end_reason=end,
             speeches=speeches,
             limit=limit,
+            humans=humans,
         )
         return Minutes(
             id=new_ulid(),
