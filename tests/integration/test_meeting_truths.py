@@ -407,6 +407,9 @@ async def test_stopping_one_meeting_leaves_the_others_running(
     stopped = await hub.meetings.stop_meeting(operator, first.id)
     assert (stopped.id, stopped.status, stopped.end_reason) == (first.id, "ended", "stopped")
     assert (await hub.meetings.get(operator, second.id)).status == "running"
+    # The transcript says who stopped it, and that it was this meeting's own stop.
+    [*_, note] = await hub.channels.messages(operator, stopped.channel_id)
+    assert note.content == "[Meeting stopped] Operator stopped this meeting."
     with pytest.raises(Conflict) as caught:
         await hub.meetings.stop_meeting(operator, first.id)
     assert caught.value.code == "meeting_ended"
@@ -427,6 +430,10 @@ async def test_a_meeting_stopped_between_rounds_shows_one_round_on_every_view(
     await within(gate.started.wait(), "gate.started")
     [stopped] = await hub.meetings.stop(operator)
     assert (stopped.end_reason, stopped.turns) == ("stopped", 2)
+    [*_, note] = await hub.channels.messages(operator, stopped.channel_id)
+    assert note.content == (
+        "[Meeting stopped] Operator used the emergency stop, which ends every meeting."
+    )
     # The overview reads the stored round; the meeting's page, the CLI and the API the roll.
     assert stopped.round == roll_call(stopped).round == 1
     assert (await hub.meetings.get(operator, meeting.id)).round == 1

@@ -196,6 +196,24 @@ def test_entry_prompt_positions_without_a_template() -> None:
     assert "where you stand" in mt.speech_instructions(first=True)
 
 
+def test_entry_prompt_names_the_humans_present_and_claims_none_when_there_are_none() -> None:
+    def rules(humans: list[str]) -> str:
+        return mt.entry_prompt(
+            name="alice",
+            topic="costs",
+            convened_by="bob",
+            present=["alice", "bob", *humans],
+            target=800,
+            projection="",
+            humans=humans,
+        )
+
+    assert "operator (human) may speak at any time" in rules(["operator"])
+    alone = rules([])
+    assert "Humans present" not in alone and "(human)" not in alone
+    assert "A person may join and interject at any time" in alone
+
+
 def test_moderator_prompt_says_it_has_no_context() -> None:
     text = mt.moderator_prompt(
         topic="t",

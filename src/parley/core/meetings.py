@@ -321,10 +321,16 @@ def entry_prompt(
     projection: str,
     awaiting: Sequence[str] = (),
     absent: Sequence[str] = (),
+    humans: Sequence[str] = (),
 ) -> str:
     """The positioning prompt of an entrant (R3): who it is, the topic, who convened, who is
-    present (humans included), who is summoned but not in the meeting yet and who never came,
-    what it may say, the rules; no answer template."""
+    present (``humans`` among them), who is summoned but not in the meeting yet and who never
+    came, what it may say, the rules; no answer template."""
+    speak_freely = (
+        f"- {', '.join(q.label(h) for h in humans)} (human) may speak at any time.\n"
+        if humans
+        else "- A person may join and interject at any time.\n"
+    )
     text = (
         f"[Meeting] You are {q.label(name)}.\n"
         f"Topic: {q.inline(topic)}\n"
@@ -337,7 +343,7 @@ def entry_prompt(
         f"- About {target} characters per speech; do not count, and do not use tools to "
         "check the length.\n"
         "- No fixed format: say it however it is clearest.\n"
-        "- Humans present may speak at any time.\n"
+        f"{speak_freely}"
     )
     if projection:
         text += (

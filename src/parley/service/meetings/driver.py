@@ -379,6 +379,25 @@ class MeetingDriver:
         return self.runtime_for_config(f"{room.id}.moderator", config), profile
 
     # -- the end: dismissal, minutes delivery ------------------------------------------------------
+    async def _stop_note(self, tx: Tx, meeting_id: str) -> str:
+        """What the transcript says of a stop: who asked for it, and whether it was this
+        meeting's own stop or the emergency stop of every meeting."""
+        e = tx.table("events").c
+        asked = await tx.select(
+            "events",
+            e.subject == f"meeting:{meeting_id}",
+            e.type == "meeting.stop_requested",
+            order_by=[e.id.desc()],
+            limit=1,
+        )
+        if not asked:
+            return "[Meeting stopped] A stop ended it."
+        who = await self.identity.get(asked[0].actor, tx)
+        by = who.display_name if who is not None else asked[0].actor
+        if asked[0].payload.get("emergency"):
+            return f"[Meeting stopped] {by} used the emergency stop, which ends every meeting."
+        return f"[Meeting stopped] {by} stopped this meeting."
+
     async def _close(
         self,
         meeting_id: str,
@@ -428,9 +447,10 @@ class MeetingDriver:
             note = {
                 "interrupted": "[Meeting interrupted] The hub stopped while it ran; the "
                 "transcript is kept.",
-                "stopped": "[Meeting stopped] A stop ended it.",
                 "failed": f"[Meeting failed] {error or ''}",
             }.get(end, f"[Meeting adjourned] ({end})")
+            if end == "stopped":
+                note = await self._stop_note(tx, meeting_id)
             await self.channels.post_as_system(tx, meeting.channel_id, note)
             if end in ("adjourned", "round_cap"):
                 await self._settle_minutes(tx, meeting, end)

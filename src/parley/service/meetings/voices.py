@@ -200,6 +200,7 @@ class Voices:
                     topic=meeting.topic,
                     convened_by=meeting.convened_by,
                     present=[*present, *context.humans],
+                    humans=context.humans,
                     awaiting=[a.agent_id for a in meeting.attendees if a.attendance == "awaiting"],
                     absent=[a.agent_id for a in meeting.attendees if a.attendance == "absent"],
                     target=room.config.speech_target,
