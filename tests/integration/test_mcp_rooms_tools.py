@@ -248,7 +248,9 @@ async def test_membership_is_the_permission_boundary(
     other = await new_room(hub, operator)
     async with connect(a_handle.token) as a, connect(d_handle.token) as d:
         assert await code_of(a, "join_room", {"room_id": "room-nope"}) == "room_not_found"
-        await a.call_tool("join_room", {"room_id": room})
+        # An agent sees no room before joining one, yet may join one by its name.
+        joined = data(await a.call_tool("join_room", {"room_id": "sync"}))
+        assert joined["room_id"] == room
         assert await code_of(a, "join_room", {"room_id": other}) == "room_membership_exclusive"
 
         # d belongs to no room: it can neither convene, nor see, nor leave, brief or mark done.

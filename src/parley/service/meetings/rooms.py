@@ -150,6 +150,20 @@ class Rooms:
             raise NotFound(f"no room {room_id!r}", code="room_not_found")
         return room
 
+    async def _to_join(self, tx: Tx, ref: str) -> Room:
+        """The room an agent joins, locked: by its id, or by its exact name (room names are
+        unique). An agent sees no room before it joins one, so no other lookup by name (nor
+        by id prefix) can find it one to join."""
+        room: Room | None = await tx.get("rooms", ref, for_update=True)
+        if room is None:
+            r = tx.table("rooms").c
+            named: list[Room] = await tx.select("rooms", r.name == ref.strip(), limit=2)
+            if len(named) == 1:
+                room = await tx.get("rooms", named[0].id, for_update=True)
+        if room is None:
+            raise NotFound(f"no room {ref!r} (by id or name)", code="room_not_found")
+        return room
+
     async def check_visible(self, tx: Tx, caller: Principal, room_id: str) -> Room:
         """A room whose records (members, meetings, board, pulse) the caller may read: humans
         and the operator every room's, an agent only its own room's."""
@@ -320,7 +334,7 @@ class Rooms:
         async def job(tx: Tx) -> MemberView:
             # Under the room's row lock, as its deletion takes it: never a member of a room
             # being deleted.
-            room = await self.require(tx, room_id, for_update=True)
+            room = await self._to_join(tx, room_id)
             agent: Principal | None = await tx.get("principals", agent_id)
             if agent is None or agent.kind != "agent":
                 raise NotFound(f"no agent {agent_id!r}", code="agent_not_found")

@@ -138,7 +138,7 @@ async def own_room(call: ToolCall, action: str, argument: str = "room_id") -> st
 @agent_tool(JOIN_ROOM)
 async def join_room(
     call: ToolCall,
-    room_id: Annotated[str, Field(min_length=1, max_length=64, description="room id")],
+    room_id: Annotated[str, Field(min_length=1, max_length=64, description="room id or name")],
 ) -> dict[str, Any]:
     view = await call.hub.rooms.join(call.caller, room_id, call.caller.id)
     return member_view(view)
