@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -41,6 +42,12 @@ FULL_ROOM_ID = re.compile(rf"room-{_ULID}")
 FULL_WORKER_ID = re.compile(rf"w-{_ULID}")
 FULL_MEETING_ID = re.compile(rf"mtg-{_ULID}")
 FULL_SESSION_ID = re.compile(rf"vs-{_ULID}")
+
+MAX_REF = 200
+"""The longest reference that may address something: a channel's or a room's longest name. A
+longer one (no id is as long) addresses nothing and is left for the route to refuse as unknown,
+without a lookup: a prefix match on thousands of characters is work for nothing (and SQLite
+refuses a pattern of 50,000 characters outright)."""
 
 # (path prefix, words that are routes of their own at that place, what a full id looks like,
 # what it addresses). The meetings' place comes before the rooms' that holds it.
@@ -104,7 +111,7 @@ class NameResolver:
             if not path.startswith(prefix):
                 continue
             ref, sep, rest = path[len(prefix) :].partition("/")
-            if not ref or ref in words or full.fullmatch(ref):
+            if not ref or ref in words or full.fullmatch(ref) or len(ref) > MAX_REF:
                 return None
             # Text no store can hold (a NUL) is refused as the route would refuse it, before
             # it reaches a lookup.
@@ -129,7 +136,11 @@ class NameResolver:
         async with self.hub.ctx.store.read() as tx:
             c = tx.table(table).c
             rows = await tx.select(
-                table, c.id.startswith(key, autoescape=True), order_by=[c.id], limit=50
+                table,
+                c.id.startswith(key, autoescape=True),
+                *_narrowed(kind, caller, c),
+                order_by=[c.id],
+                limit=50,
             )
         seen: list[str] = []
         for row in rows:
@@ -194,6 +205,19 @@ class NameResolver:
         if path is not None:
             scope["path"] = path
             scope["raw_path"] = quote(path).encode()
+
+
+def _narrowed(kind: str, caller: Principal, c: Any) -> list[Any]:
+    """What the store itself can tell of the records of ``kind`` the caller may see: mail is
+    its recipient's (and the original its sender's), an invitation its invitee's. Others' rows
+    are then not read one by one (each a read of its own), nor do they crowd the caller's own
+    out of the rows looked at: on a busy hub many share the first characters of an id. The
+    getter still decides of every row."""
+    if kind == "invitation":
+        return [c.agent_id == caller.id]
+    if kind == "message" and not caller.is_operator:
+        return [(c.recipient_id == caller.id) | ((c.from_id == caller.id) & c.copy_of.is_(None))]
+    return []
 
 
 def _joins(scope: Scope, rest: str) -> bool:

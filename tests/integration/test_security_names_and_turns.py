@@ -1,0 +1,89 @@
+"""Names and id prefixes in paths under attack: a reference too long to address anything is
+refused as unknown (never a storage failure), and others' records neither crowd out nor are
+named among the caller's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from parley.core.identity import Principal
+from parley.service.conversations.channels import ChannelSpec
+from parley.service.hub import Hub
+from parley.service.meetings.rooms import RoomSpec
+from tests.conftest import MakeAgent
+
+# Longer than any name, and longer than SQLite's longest LIKE pattern (50,000 characters).
+LONG = "A" * 60_000
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        (f"/v1/mail/{LONG}", "message_not_found"),
+        (f"/v1/tasks/{LONG}", "task_not_found"),
+        (f"/v1/channels/{LONG}", "channel_not_found"),
+        (f"/v1/channels/{LONG}/messages", "channel_not_found"),
+        (f"/v1/rooms/{LONG}", "room_not_found"),
+        (f"/v1/workers/{LONG}", "worker_not_found"),
+    ],
+)
+async def test_a_reference_too_long_for_any_name_is_unknown(
+    path: str, code: str, hub: Hub, api: Any, operator: Principal, make_agent: MakeAgent
+) -> None:
+    mallory = await make_agent("mallory")
+    # Rows to match against: a store may skip the pattern of an empty table.
+    await hub.channels.create(operator, ChannelSpec(name="core", members=["mallory"]))
+    await hub.rooms.create(operator, RoomSpec(name="hall"))
+    sent = await api(mallory.token).post(
+        "/v1/mail", json={"to": "operator", "kind": "notice", "subject": "hi"}
+    )
+    assert sent.status_code == 201, sent.text
+    for token in (mallory.token, hub.operator_token):
+        answer = await api(token).get(path)
+        assert (answer.status_code, answer.json()["code"]) == (404, code), answer.text[:300]
+
+
+async def test_a_name_of_the_longest_length_still_addresses_its_channel(
+    hub: Hub, api: Any, operator: Principal
+) -> None:
+    name = "n" * 200
+    channel = await hub.channels.create(operator, ChannelSpec(name=name, members=[]))
+    answer = await api(hub.operator_token).get(f"/v1/channels/{name}")
+    assert (answer.status_code, answer.json()["id"]) == (200, channel.id)
+
+
+async def test_others_mail_neither_hides_nor_is_named_by_an_id_prefix(
+    api: Any, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    await make_agent("bob")
+    mallory = await make_agent("mallory")
+    others = []
+    for i in range(60):
+        sent = await api(alice.token).post(
+            "/v1/mail", json={"to": "bob", "kind": "notice", "subject": f"s{i}"}
+        )
+        others.append(sent.json()["id"])
+    own = await api(mallory.token).post(
+        "/v1/mail", json={"to": "mallory", "kind": "notice", "subject": "mine"}
+    )
+    mine = own.json()["id"]
+    # Made within moments of each other, the ids share their first characters (those of the
+    # time), and the others' sort before mallory's own.
+    prefix = mine
+    while not all(other.startswith(prefix) for other in others):
+        prefix = prefix[:-1]
+    assert len(prefix) >= 4
+    found = await api(mallory.token).get(f"/v1/mail/{prefix}")
+    assert (found.status_code, found.json()["id"]) == (200, mine), found.text
+    # Once the prefix fits two of hers, the refusal names those two and none of the others.
+    second = await api(mallory.token).post(
+        "/v1/mail", json={"to": "mallory", "kind": "notice", "subject": "again"}
+    )
+    refused = await api(mallory.token).get(f"/v1/mail/{prefix}")
+    assert (refused.status_code, refused.json()["code"]) == (409, "ambiguous_message")
+    named = {c["id"] for c in refused.json()["details"]["candidates"]}
+    assert named == {mine, second.json()["id"]}
+    assert not set(others) & set(refused.text.replace('"', " ").replace(",", " ").split())
