@@ -1,6 +1,7 @@
-"""Names and id prefixes in paths under attack: a reference too long to address anything is
-refused as unknown (never a storage failure), and others' records neither crowd out nor are
-named among the caller's own."""
+"""Names and id prefixes in paths, and the tokens of CLI turns, under attack: a reference too
+long to address anything is refused as unknown (never a storage failure), others' records
+neither crowd out nor are named among the caller's own, and a turn token a rotation ended does
+not come back with the session's next turn."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from parley.core.errors import Unauthenticated
 from parley.core.identity import Principal
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
 from parley.service.meetings.rooms import RoomSpec
+from parley.service.turn_access import TurnBinding
 from tests.conftest import MakeAgent
 
 # Longer than any name, and longer than SQLite's longest LIKE pattern (50,000 characters).
@@ -52,6 +55,29 @@ async def test_a_name_of_the_longest_length_still_addresses_its_channel(
     channel = await hub.channels.create(operator, ChannelSpec(name=name, members=[]))
     answer = await api(hub.operator_token).get(f"/v1/channels/{name}")
     assert (answer.status_code, answer.json()["id"]) == (200, channel.id)
+
+
+async def test_a_turn_token_ended_by_a_rotation_is_not_given_out_again(
+    hub: Hub, operator: Principal, make_agent: MakeAgent
+) -> None:
+    await make_agent("lead")
+    access = hub.identity.turn_access
+    binding = TurnBinding("lead", "ch-1", "vs-1")
+    with access.open(binding) as leaked:
+        assert (await hub.identity.authenticate(leaked)).id == "lead"
+    await hub.identity.issue_token(operator, "lead", rotate=True)
+    # The session's next turn runs with a token of its own; the one from before the rotation
+    # stays refused while that turn runs.
+    with access.open(binding) as token:
+        assert token != leaked
+        assert (await hub.identity.authenticate(token)).id == "lead"
+        with pytest.raises(Unauthenticated):
+            await hub.identity.authenticate(leaked)
+    # A rotation of another agent leaves this one's turn tokens as they are.
+    await make_agent("other")
+    with access.open(binding) as before:
+        await hub.identity.issue_token(operator, "other", rotate=True)
+        assert (await hub.identity.authenticate(before)).id == "lead"
 
 
 async def test_others_mail_neither_hides_nor_is_named_by_an_id_prefix(

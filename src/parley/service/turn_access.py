@@ -11,7 +11,8 @@ The token is derived from a secret this hub draws at start and the logical sessi
 turn of one session gets the same token: a Claude Code process kept alive between turns was
 given its MCP configuration when it started, and keeps it. Between turns, after the hub
 restarts, or on another hub, the token is refused as unknown; a rotation of the agent's tokens
-ends it at once.
+ends it at once, and for good: the agent's later turns are given tokens of their own (a token
+that leaked before a rotation does not come back with the session's next turn).
 """
 
 from __future__ import annotations
@@ -46,12 +47,18 @@ class TurnAccess:
         # digest -> (binding, how many turns hold it): turns of one session may overlap for
         # the moment a superseded turn takes to unwind.
         self._live: dict[str, tuple[TurnBinding, int]] = {}
+        # principal -> how many times its turn tokens were ended (a rotation): part of what a
+        # token is derived from, so a token ended once is never given out again.
+        self._generations: dict[str, int] = {}
         self.mcp_url: str | None = None
         """This hub's MCP endpoint as a process on its machine reaches it (``http://…/mcp``);
         set once the hub listens. Without it no turn is given credentials."""
 
     def token_for(self, binding: TurnBinding) -> str:
-        key = f"{binding.principal_id}\0{binding.channel_id}\0{binding.session_id}".encode()
+        generation = self._generations.get(binding.principal_id, 0)
+        key = (
+            f"{binding.principal_id}\0{binding.channel_id}\0{binding.session_id}\0{generation}"
+        ).encode()
         return TOKEN_PREFIX + hmac.new(self._secret, key, hashlib.sha256).hexdigest()
 
     @contextmanager
@@ -78,7 +85,9 @@ class TurnAccess:
         return held[0] if held is not None else None
 
     def end_principal(self, principal_id: str) -> None:
-        """Forget every turn token of a principal (its tokens were rotated)."""
+        """Forget every turn token of a principal (its tokens were rotated), and never derive
+        them again."""
+        self._generations[principal_id] = self._generations.get(principal_id, 0) + 1
         self._live = {d: h for d, h in self._live.items() if h[0].principal_id != principal_id}
 
     def live_count(self) -> int:
