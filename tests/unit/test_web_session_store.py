@@ -141,3 +141,13 @@ def test_each_session_has_its_own_csrf_token_and_few_messages() -> None:
     for i in range(20):
         one.say("ok", f"message {i}")
     assert [text for _, text in one.flash] == [f"message {i}" for i in range(15, 20)]
+
+
+def test_codes_asked_for_in_a_loop_push_out_only_the_askers_own() -> None:
+    sessions = WebSessions(clock=Clock())
+    operators = sessions.issue_code("operator")
+    flood = [sessions.issue_code("mallory") for _ in range(1000)]
+    assert sessions.redeem(operators) == "operator"
+    # The newest few of the flood still work; the older ones gave way to them.
+    assert sessions.redeem(flood[-1]) == "mallory"
+    assert sessions.redeem(flood[0]) is None

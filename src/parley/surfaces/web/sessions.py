@@ -41,6 +41,9 @@ SESSIONS_PER_PRINCIPAL = 20
 SIGNINS_PER_MINUTE = 30
 SIGNIN_WINDOW_S = 60.0
 MAX_CODES = 100
+CODES_PER_TOKEN = 5
+"""Sign-in codes one token may hold at once: issuing more drops its own oldest, never another's
+(one agent asking for links in a loop would otherwise push the operator's out)."""
 MAX_FLASH = 5
 
 EndReason = Literal["signed_out", "replaced", "evicted", "expired", "revoked"]
@@ -251,7 +254,10 @@ class WebSessions:
         what a sign-in link carries instead of the token itself."""
         now = self._clock()
         self._codes = {k: c for k, c in self._codes.items() if c.expires > now}
-        if len(self._codes) >= MAX_CODES:
+        own = [k for k, c in self._codes.items() if c.token_digest == token_digest]
+        if len(own) >= CODES_PER_TOKEN:
+            self._codes.pop(own[0])
+        elif len(self._codes) >= MAX_CODES:
             self._codes.pop(next(iter(self._codes)))
         code = secrets.token_urlsafe(24)
         self._codes[_digest(code)] = _Code(token_digest, now + ttl_s)
