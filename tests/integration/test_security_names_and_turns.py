@@ -9,13 +9,17 @@ from typing import Any
 
 import pytest
 
+from parley.adapters.runtimes.scripted import ScriptedRuntime
 from parley.core.errors import Unauthenticated
 from parley.core.identity import Principal
 from parley.service.conversations.channels import ChannelSpec
 from parley.service.hub import Hub
+from parley.service.meetings.meetings import ConveneSpec
 from parley.service.meetings.rooms import RoomSpec
 from parley.service.turn_access import TurnBinding
+from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
+from tests.integration.meeting_support import members, room_with
 
 # Longer than any name, and longer than SQLite's longest LIKE pattern (50,000 characters).
 LONG = "A" * 60_000
@@ -113,3 +117,88 @@ async def test_others_mail_neither_hides_nor_is_named_by_an_id_prefix(
     named = {c["id"] for c in refused.json()["details"]["candidates"]}
     assert named == {mine, second.json()["id"]}
     assert not set(others) & set(refused.text.replace('"', " ").replace(",", " ").split())
+
+
+async def test_others_tasks_neither_hide_nor_cost_a_read_each(
+    hub: Hub,
+    api: Any,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await make_agent("helper", runtime={"kind": "scripted"})
+    runtimes.set("helper", ScriptedRuntime(lambda turn: "ok"))
+    mallory = await make_agent("mallory")
+    hidden = await hub.channels.create(operator, ChannelSpec(name="inner", members=["helper"]))
+    for i in range(55):
+        posted = await api(hub.operator_token).post(
+            f"/v1/channels/{hidden.id}/messages", json={"content": f"job {i}"}
+        )
+        assert posted.status_code == 201, posted.text
+        await hub.tasks.wait_idle()
+    own = await hub.channels.create(
+        operator, ChannelSpec(name="mine", members=["mallory", "helper"])
+    )
+    posted = await api(hub.operator_token).post(
+        f"/v1/channels/{own.id}/messages", json={"content": "a job for mallory's channel"}
+    )
+    assert posted.status_code == 201, posted.text
+    await hub.tasks.wait_idle()
+    mine = [t.id for t in await hub.tasks.of_channel(mallory.principal, own.id)]
+    others = [t.id for t in await hub.tasks.of_channel(operator, hidden.id)]
+    assert len(mine) == 1 and len(others) == 55
+    prefix = mine[0]
+    while not all(other.startswith(prefix) for other in others):
+        prefix = prefix[:-1]
+    assert len(prefix) >= 4
+
+    read: list[str] = []
+    get = hub.tasks.get
+
+    async def counted(caller: Principal, task_id: str) -> Any:
+        read.append(task_id)
+        return await get(caller, task_id)
+
+    monkeypatch.setattr(hub.tasks, "get", counted)
+    found = await api(mallory.token).get(f"/v1/tasks/{prefix}")
+    assert found.status_code == 200, found.text
+    assert found.json()["id"] == mine[0]
+    assert not set(read) & set(others)
+
+
+async def test_an_agent_reads_no_other_rooms_meeting_to_resolve_a_prefix(
+    hub: Hub,
+    api: Any,
+    operator: Principal,
+    make_agent: MakeAgent,
+    runtimes: StaticRuntimes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await members(make_agent, runtimes, ["m"])
+    room = await room_with(hub, operator, ["m"], max_rounds=1)
+    held = []
+    for topic in ("one", "two"):
+        held.append((await hub.meetings.convene(operator, room.id, ConveneSpec(topic=topic))).id)
+        await hub.meetings.wait_idle()
+        await hub.tasks.wait_idle()
+    mallory = await make_agent("mallory")
+    await hub.rooms.join(
+        operator, (await hub.rooms.create(operator, RoomSpec(name="own"))).id, "mallory"
+    )
+
+    read: list[str] = []
+    get = hub.meetings.get
+
+    async def counted(caller: Principal, meeting_id: str) -> Any:
+        read.append(meeting_id)
+        return await get(caller, meeting_id)
+
+    monkeypatch.setattr(hub.meetings, "get", counted)
+    answer = await api(mallory.token).get(f"/v1/rooms/meetings/{held[0][:8]}")
+    assert (answer.status_code, answer.json()["code"]) == (404, "meeting_not_found")
+    assert not set(read) & set(held)
+    # The operator's prefix still fits both, and the refusal names them.
+    both = await api(hub.operator_token).get(f"/v1/rooms/meetings/{held[0][:8]}")
+    assert (both.status_code, both.json()["code"]) == (409, "ambiguous_meeting")
+    assert {c["id"] for c in both.json()["details"]["candidates"]} == set(held)

@@ -138,7 +138,7 @@ class NameResolver:
             rows = await tx.select(
                 table,
                 c.id.startswith(key, autoescape=True),
-                *_narrowed(kind, caller, c),
+                *_narrowed(kind, caller, tx),
                 order_by=[c.id],
                 limit=50,
             )
@@ -207,16 +207,34 @@ class NameResolver:
             scope["raw_path"] = quote(path).encode()
 
 
-def _narrowed(kind: str, caller: Principal, c: Any) -> list[Any]:
+def _narrowed(kind: str, caller: Principal, tx: Any) -> list[Any]:
     """What the store itself can tell of the records of ``kind`` the caller may see: mail is
-    its recipient's (and the original its sender's), an invitation its invitee's. Others' rows
-    are then not read one by one (each a read of its own), nor do they crowd the caller's own
-    out of the rows looked at: on a busy hub many share the first characters of an id. The
-    getter still decides of every row."""
+    its recipient's (and the original its sender's), an invitation its invitee's, a task its
+    channel's readers', an agent's meetings its own room's. Others' rows are then not read one
+    by one (each a read of its own), nor do they crowd the caller's own out of the rows looked
+    at: on a busy hub many share the first characters of an id. The getter still decides of
+    every row (and alone of workers, whose rule follows their trees)."""
+    c = tx.table(BY_PREFIX_ONLY[kind][0]).c
     if kind == "invitation":
         return [c.agent_id == caller.id]
-    if kind == "message" and not caller.is_operator:
+    if caller.is_operator:
+        return []
+    if kind == "message":
         return [(c.recipient_id == caller.id) | ((c.from_id == caller.id) & c.copy_of.is_(None))]
+    if kind == "task":
+        channels = tx.table("channels")
+        members = channels.metadata.tables["channel_members"]
+        own = channels.select().with_only_columns(channels.c.id)
+        own = own.where(
+            (channels.c.created_by == caller.id) | (channels.c.owner_agent_id == caller.id)
+        )
+        joined = members.select().with_only_columns(members.c.channel_id)
+        joined = joined.where(members.c.member_id == caller.id)
+        return [c.channel_id.in_(own) | c.channel_id.in_(joined)]
+    if kind == "meeting" and caller.kind == "agent":
+        rooms = tx.table("room_members")
+        mine = rooms.select().with_only_columns(rooms.c.room_id).where(rooms.c.id == caller.id)
+        return [c.room_id.in_(mine)]
     return []
 
 
