@@ -17,6 +17,7 @@ from parley.service.hub import Hub
 from parley.service.meetings.meetings import ConveneSpec
 from parley.service.meetings.rooms import RoomSpec
 from parley.service.turn_access import TurnBinding
+from parley.service.workers.records import StartSpec
 from parley.testing import StaticRuntimes
 from tests.conftest import MakeAgent
 from tests.integration.meeting_support import members, room_with
@@ -202,3 +203,18 @@ async def test_an_agent_reads_no_other_rooms_meeting_to_resolve_a_prefix(
     both = await api(hub.operator_token).get(f"/v1/rooms/meetings/{held[0][:8]}")
     assert (both.status_code, both.json()["code"]) == (409, "ambiguous_meeting")
     assert {c["id"] for c in both.json()["details"]["candidates"]} == set(held)
+
+
+async def test_others_sessions_of_one_name_do_not_hide_the_callers_own(
+    hub: Hub, api: Any, operator: Principal, make_agent: MakeAgent
+) -> None:
+    await make_agent("alice", runtime={"kind": "scripted", "replies": ["ok"]})
+    bob = await make_agent("bob", runtime={"kind": "scripted", "replies": ["ok"]})
+    # More of alice's sessions of that name than a lookup looks at, all older than bob's.
+    for _ in range(51):
+        await hub.workers.start(operator, StartSpec(agent_id="alice", prompt="go", name="audit"))
+    bobs = await hub.workers.start(operator, StartSpec(agent_id="bob", prompt="go", name="audit"))
+    await hub.tasks.wait_idle()
+    shown = await api(bob.token).get("/v1/sessions/audit/topology")
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["session"]["id"] == bobs.session_id

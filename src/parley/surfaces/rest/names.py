@@ -167,12 +167,20 @@ class NameResolver:
         ref = ref.strip()
         async with self.hub.ctx.store.read() as tx:
             c = tx.table("sessions").c
-            named = await tx.select("sessions", c.display_name == ref, order_by=[c.id], limit=50)
+            # Others' sessions are not looked at (nor may they crowd the caller's own out).
+            own = [] if caller.is_operator else [c.agent_id == caller.id]
+            named = await tx.select(
+                "sessions", c.display_name == ref, *own, order_by=[c.id], limit=50
+            )
             prefixed = []
             if len(ref) >= names.MIN_PREFIX:
                 key = names.id_key(ref, "vs-")
                 prefixed = await tx.select(
-                    "sessions", c.id.startswith(key, autoescape=True), order_by=[c.id], limit=50
+                    "sessions",
+                    c.id.startswith(key, autoescape=True),
+                    *own,
+                    order_by=[c.id],
+                    limit=50,
                 )
 
         def seen(rows: list[LogicalSession]) -> list[names.Named]:
