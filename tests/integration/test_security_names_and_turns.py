@@ -218,3 +218,38 @@ async def test_others_sessions_of_one_name_do_not_hide_the_callers_own(
     shown = await api(bob.token).get("/v1/sessions/audit/topology")
     assert shown.status_code == 200, shown.text
     assert shown.json()["session"]["id"] == bobs.session_id
+
+
+def _shared_start(own: str, others: list[str]) -> str:
+    """The longest start of ``own`` that every one of ``others`` shares (ids made within moments
+    of each other share those of the time)."""
+    prefix = own
+    while not all(other.startswith(prefix) for other in others):
+        prefix = prefix[:-1]
+    assert len(prefix) >= 4
+    return prefix
+
+
+async def test_others_channels_and_rooms_do_not_hide_the_callers_own(
+    hub: Hub, api: Any, operator: Principal, make_agent: MakeAgent
+) -> None:
+    hidden_channels = [
+        (await hub.channels.create(operator, ChannelSpec(name=f"c{i}", members=[]))).id
+        for i in range(55)
+    ]
+    hidden_rooms = [
+        (await hub.rooms.create(operator, RoomSpec(name=f"r{i}"))).id for i in range(55)
+    ]
+    # Mallory's own come after them: her work channel, and the room she joins.
+    mallory = await make_agent("mallory")
+    room = await hub.rooms.create(operator, RoomSpec(name="own"))
+    await hub.rooms.join(operator, room.id, "mallory")
+
+    own = mallory.principal.work_channel_id
+    assert own is not None
+    found = await api(mallory.token).get(f"/v1/channels/{_shared_start(own, hidden_channels)}")
+    assert found.status_code == 200, found.text
+    assert found.json()["id"] == own
+    found = await api(mallory.token).get(f"/v1/rooms/{_shared_start(room.id, hidden_rooms)}")
+    assert found.status_code == 200, found.text
+    assert found.json()["id"] == room.id

@@ -100,16 +100,26 @@ class Channels(Transcripts):
         async with self.ctx.store.read() as tx:
             if await tx.get("channels", ref) is not None:
                 return ref
-            c = tx.table("channels").c
-            kept = c.status != "deleted"
-            named = await tx.select("channels", kept, c.name == ref, order_by=[c.id], limit=50)
+            channels = tx.table("channels")
+            c = channels.c
+            kept = [c.status != "deleted"]
+            if not caller.is_operator:
+                # Only channels the caller sees are looked at: others' neither cost a read
+                # each nor crowd its own out of the rows looked at.
+                members = channels.metadata.tables["channel_members"]
+                joined = members.select().with_only_columns(members.c.channel_id)
+                joined = joined.where(members.c.member_id == caller.id)
+                kept.append(
+                    (c.created_by == caller.id) | (c.owner_agent_id == caller.id) | c.id.in_(joined)
+                )
+            named = await tx.select("channels", *kept, c.name == ref, order_by=[c.id], limit=50)
             prefixed: list[Channel] = []
             if len(ref) >= names.MIN_PREFIX:
                 key = names.id_key(ref)
                 starts = c.id.startswith(ref, autoescape=True) | c.id.startswith(
                     key, autoescape=True
                 )
-                prefixed = await tx.select("channels", kept, starts, order_by=[c.id], limit=50)
+                prefixed = await tx.select("channels", *kept, starts, order_by=[c.id], limit=50)
             seen = [await self._named(tx, caller, ch.id) for ch in named]
             seen_prefixed = [await self._named(tx, caller, ch.id) for ch in prefixed]
         return names.choose(

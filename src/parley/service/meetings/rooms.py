@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -182,15 +183,26 @@ class Rooms:
         async with self.ctx.store.read() as tx:
             if await tx.get("rooms", ref) is not None:
                 return ref
-            r = tx.table("rooms").c
-            named: list[Room] = await tx.select("rooms", r.name == ref, order_by=[r.id], limit=50)
+            rooms = tx.table("rooms")
+            r = rooms.c
+            seen: list[Any] = []
+            if caller.kind == "agent":
+                # Only rooms the agent sees are looked at: others' do not crowd its own out.
+                members = rooms.metadata.tables["room_members"]
+                own = members.select().with_only_columns(members.c.room_id)
+                seen.append(
+                    (r.created_by == caller.id) | r.id.in_(own.where(members.c.id == caller.id))
+                )
+            named: list[Room] = await tx.select(
+                "rooms", r.name == ref, *seen, order_by=[r.id], limit=50
+            )
             prefixed: list[Room] = []
             if len(ref) >= names.MIN_PREFIX:
                 key = names.id_key(ref, ROOM_ID_PREFIX)
                 starts = r.id.startswith(ref, autoescape=True) | r.id.startswith(
                     key, autoescape=True
                 )
-                prefixed = await tx.select("rooms", starts, order_by=[r.id], limit=50)
+                prefixed = await tx.select("rooms", starts, *seen, order_by=[r.id], limit=50)
             visible = {
                 room.id for room in [*named, *prefixed] if await self._sees(tx, caller, room)
             }
