@@ -374,6 +374,37 @@ async def test_every_member_is_asked_for_its_minutes_at_once(
     ]
 
 
+async def test_a_post_while_the_members_write_their_minutes_is_refused_not_lost(
+    hub: Hub, operator: Principal, make_agent: MakeAgent, runtimes: StaticRuntimes
+) -> None:
+    """The meeting is over once its minutes are being written: a post then would land after
+    every speech and in no member's minutes, so it is refused and says why."""
+    team = await members(make_agent, runtimes, ["a"])
+    asked, release = asyncio.Event(), asyncio.Event()
+    inner = team["a"].reply
+
+    async def a_reply(turn: Turn) -> str:
+        if is_minutes(turn):
+            asked.set()
+            await release.wait()
+        return await inner(turn)
+
+    rewire(runtimes, team["a"], a_reply)
+    room = await room_with(hub, operator, ["a"], max_rounds=1)
+    meeting = await hub.meetings.convene(operator, room.id, ConveneSpec(topic="t"))
+    try:
+        await within(asked.wait(), "a asked for its minutes")
+        before = await hub.channels.messages(operator, meeting.channel_id)
+        with pytest.raises(Conflict) as refused:
+            await hub.meetings.post(operator, meeting.id, "one more thing")
+        assert refused.value.code == "meeting_ended"
+        assert "writing their minutes" in refused.value.message
+        assert await hub.channels.messages(operator, meeting.channel_id) == before
+    finally:
+        release.set()
+    await over(hub, operator, meeting.id)
+
+
 # -- 7: an answer to a stopped turn is refused as cancelled ---------------------------------------
 async def test_answering_a_turn_the_stop_cancelled_is_refused_as_turn_cancelled(
     hub: Hub, operator: Principal, make_agent: MakeAgent

@@ -270,6 +270,15 @@ class Meetings(MeetingDriver):
                     "messages",
                     code="meeting_ended",
                 )
+            if meeting.end_reason is not None:
+                # Its minutes phase: the speeches are over and the minutes are being written
+                # from them, so a post now would reach no member.
+                raise Conflict(
+                    f"meeting {meeting_id!r} is over ({meeting.end_reason}) and its members are "
+                    "writing their minutes; a post would reach none of them, so mail them "
+                    "instead",
+                    code="meeting_ended",
+                )
             members = await tx.channel_members(meeting.channel_id)
             if caller.id not in members:
                 await tx.set_members(meeting.channel_id, [*members, caller.id])
