@@ -13,8 +13,8 @@ and invitations (the invitee's own) have no names, but the CLI's tables show the
 to a unique start: such a start addresses them too (``/v1/mail/01JF3ABC``), among those the
 caller may see (``ambiguous_message``, ``ambiguous_task``, ``ambiguous_worker``,
 ``ambiguous_meeting``, ``ambiguous_invitation`` when several fit). An agent joins a room it does
-not see yet (``POST /v1/rooms/{room}/members``): there the room's exact name counts among every
-room."""
+not see yet (``POST /v1/rooms/{room}/members``): the name it gives reaches the route unchanged,
+and the rooms service resolves it among every room, for every surface alike."""
 
 from __future__ import annotations
 
@@ -120,8 +120,6 @@ class NameResolver:
                 found = await self._by_prefix(kind, caller, ref)
             else:
                 found = await self._resolvers[kind](caller, ref)
-                if found is None and kind == "room" and _joins(scope, rest):
-                    found = await self._room_named(ref)
             if found is None or found == ref:
                 return None
             return prefix + found + sep + rest
@@ -200,14 +198,6 @@ class NameResolver:
             raise NotFound(f"no invitation {invitation_id!r}", code="invitation_not_found")
         return invitation
 
-    async def _room_named(self, ref: str) -> str | None:
-        """The room of exactly this name among every room (room names are unique): an agent
-        joins a room before it may see it, as it may by the room's id."""
-        async with self.hub.ctx.store.read() as tx:
-            r = tx.table("rooms").c
-            rooms = await tx.select("rooms", r.name == ref.strip(), order_by=[r.id], limit=2)
-        return rooms[0].id if len(rooms) == 1 else None
-
     @staticmethod
     def _rewrite(scope: Scope, path: str | None) -> None:
         if path is not None:
@@ -244,8 +234,3 @@ def _narrowed(kind: str, caller: Principal, tx: Any) -> list[Any]:
         mine = rooms.select().with_only_columns(rooms.c.room_id).where(rooms.c.id == caller.id)
         return [c.room_id.in_(mine)]
     return []
-
-
-def _joins(scope: Scope, rest: str) -> bool:
-    """Whether the request is a room's join (``POST /v1/rooms/{room}/members``)."""
-    return scope.get("method") == "POST" and rest == "members"
